@@ -1,0 +1,1 @@
+"""loopscope: train looped language models and measure what happens inside their loops."""

@@ -1,0 +1,305 @@
+"""params.yaml: loading, validation and per-cell resolution.
+
+Every stage calls :func:`load_params` first, so a typo or an impossible value in
+params.yaml fails in about a second, with the key path, the bad value and what is
+allowed, before any tokenizer is trained or any step is taken.
+
+A *cell* is one trained model: a name plus a few overrides of the shared ``model:``
+and ``train:`` blocks. :func:`resolve_cell` turns a cell into a complete,
+content-stable config; the ``configure`` stage writes one file per cell, and each
+cell's training depends on its file alone, so a param change reruns exactly the cells
+whose resolved config changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loopscope.model import ModelConfig
+
+
+class ParamsError(ValueError):
+    """A bad value in params.yaml (or a cell override), with its key path."""
+
+
+@dataclass
+class DataConfig:
+    """Where the raw corpus lives and how it is split."""
+
+    dir: str = "data"
+    val_fraction: float = 0.1
+
+
+@dataclass
+class TokenizerConfig:
+    """The tokenizer trained by the prepare stage."""
+
+    kind: str = "bpe"
+    vocab_size: int = 2048
+
+
+@dataclass
+class TrainConfig:
+    """The training recipe of one cell (model shape lives in ModelConfig)."""
+
+    loss: str = "per_loop"  # loss placement: final (last loop only) | per_loop
+    norm_penalty: float = 0.0  # lambda * mean over loops of mean(H_k^2)
+    steps: int = 600
+    batch_size: int = 16
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 42
+    threads: int = 2
+    log_every: int = 10
+
+
+@dataclass
+class DiagnoseConfig:
+    """How much validation text the diagnostics read."""
+
+    val_sequences: int = 64
+    batch_size: int = 16
+
+
+@dataclass
+class ReportConfig:
+    """Which notebooks the report stage renders."""
+
+    timeout_s: int = 600
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "tokenizer": TokenizerConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "diagnose": DiagnoseConfig,
+    "report": ReportConfig,
+}
+
+# Enumerated options: key path -> allowed values.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "tokenizer.kind": ("bpe",),
+    "model.readout": ("normed", "raw", "final_norm"),
+    "model.block": ("prenorm", "sandwich"),
+    "model.inject": ("none", "add", "concat_adapter"),
+    "model.state_init": ("embed", "noise"),
+    "train.loss": ("final", "per_loop"),
+}
+
+# Sections a cell may override.
+CELL_SECTIONS = ("model", "train")
+CELL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+@dataclass
+class Params:
+    """The whole of params.yaml, validated."""
+
+    data: DataConfig
+    tokenizer: TokenizerConfig
+    model: ModelConfig
+    train: TrainConfig
+    diagnose: DiagnoseConfig
+    report: ReportConfig
+    cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+
+def _unknown(path: str, key: str, known: list[str]) -> ParamsError:
+    where = f"{path}.{key}" if path else key
+    hint = difflib.get_close_matches(key, known, n=1)
+    did_you_mean = f" Did you mean '{hint[0]}'?" if hint else ""
+    return ParamsError(
+        f"unknown key '{where}'.{did_you_mean} Known keys here: {', '.join(sorted(known))}."
+    )
+
+
+def _coerce(path: str, value: Any, default: Any) -> Any:
+    """Check one value against the type of its default; ints are accepted as floats."""
+    kind = type(default)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ParamsError(f"'{path}' must be a {kind.__name__}, got {value!r}.")
+    allowed = CHOICES.get(path)
+    if allowed is not None and value not in allowed:
+        raise ParamsError(
+            f"'{path}' is {value!r}; allowed values: {', '.join(allowed)}."
+        )
+    return value
+
+
+def _build(section: str, cls: type, raw: Any) -> Any:
+    """Build a section dataclass from a mapping, rejecting unknown keys and bad types."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"'{section}' must be a mapping of keys to values, got {raw!r}.")
+    defaults = cls()
+    known = [f.name for f in fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise _unknown(section, str(key), known)
+        values[key] = _coerce(f"{section}.{key}", value, getattr(defaults, key))
+    obj = cls(**values)
+    _check_ranges(section, obj)
+    return obj
+
+
+def _require(cond: bool, path: str, value: Any, rule: str) -> None:
+    if not cond:
+        raise ParamsError(f"'{path}' is {value!r}; it must be {rule}.")
+
+
+def _check_ranges(section: str, obj: Any) -> None:
+    """Ranges that types alone do not catch."""
+    def req(name: str, cond: bool, rule: str) -> None:
+        _require(cond, f"{section}.{name}", getattr(obj, name), rule)
+
+    if isinstance(obj, DataConfig):
+        req("val_fraction", 0.0 < obj.val_fraction < 0.5, "between 0 and 0.5 (exclusive)")
+    elif isinstance(obj, TokenizerConfig):
+        req("vocab_size", 260 <= obj.vocab_size <= 1_000_000,
+            "at least 260 (256 bytes plus specials) and at most 1000000")
+    elif isinstance(obj, ModelConfig):
+        for name in ("d_model", "n_heads", "n_core", "loops", "context", "vocab_size"):
+            req(name, getattr(obj, name) >= 1, ">= 1")
+        for name in ("n_prelude", "n_coda"):
+            req(name, getattr(obj, name) >= 0, ">= 0")
+        req("d_model", obj.d_model % obj.n_heads == 0,
+            f"divisible by model.n_heads ({obj.n_heads})")
+        req("dropout", 0.0 <= obj.dropout < 1.0, "in [0, 1)")
+    elif isinstance(obj, TrainConfig):
+        for name in ("steps", "batch_size", "threads", "log_every"):
+            req(name, getattr(obj, name) >= 1, ">= 1")
+        req("lr", obj.lr > 0, "> 0")
+        req("norm_penalty", obj.norm_penalty >= 0, ">= 0")
+        req("weight_decay", obj.weight_decay >= 0, ">= 0")
+        req("grad_clip", obj.grad_clip > 0, "> 0")
+        req("warmup_steps", obj.warmup_steps >= 0, ">= 0")
+        req("min_lr_ratio", 0.0 <= obj.min_lr_ratio <= 1.0, "in [0, 1]")
+        req("seed", obj.seed >= 0, ">= 0")
+    elif isinstance(obj, DiagnoseConfig):
+        req("val_sequences", obj.val_sequences >= 1, ">= 1")
+        req("batch_size", obj.batch_size >= 1, ">= 1")
+    elif isinstance(obj, ReportConfig):
+        req("timeout_s", obj.timeout_s >= 1, ">= 1")
+
+
+def parse_params(raw: Any) -> Params:
+    """Validate a params mapping (as read from params.yaml) and every cell in it."""
+    if not isinstance(raw, dict):
+        raise ParamsError("params.yaml must be a mapping of sections.")
+    known = list(SECTIONS) + ["cells"]
+    for key in raw:
+        if key not in known:
+            raise _unknown("", str(key), known)
+    built = {name: _build(name, cls, raw.get(name)) for name, cls in SECTIONS.items()}
+    # The model's vocabulary is the tokenizer's; one number, set in one place.
+    if "vocab_size" in (raw.get("model") or {}):
+        raise ParamsError("'model.vocab_size' is set by 'tokenizer.vocab_size'; remove it.")
+    built["model"] = dataclasses.replace(built["model"], vocab_size=built["tokenizer"].vocab_size)
+    cells = raw.get("cells")
+    if not isinstance(cells, dict) or not cells:
+        raise ParamsError("'cells' must map at least one cell name to its overrides.")
+    params = Params(**built, cells={})
+    for name, overrides in cells.items():
+        if not isinstance(name, str) or not CELL_NAME.match(name):
+            raise ParamsError(
+                f"cell name {name!r} must start with a letter and use only letters, "
+                "digits and '_'."
+            )
+        overrides = overrides or {}
+        if not isinstance(overrides, dict):
+            raise ParamsError(f"'cells.{name}' must be a mapping, got {overrides!r}.")
+        for section in overrides:
+            if section not in CELL_SECTIONS:
+                raise _unknown(f"cells.{name}", str(section), list(CELL_SECTIONS))
+        params.cells[name] = overrides
+        resolve_cell(params, name)  # validates the overrides now, not at training time
+    return params
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate params.yaml; raise ParamsError naming the file on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: file not found (run from the repository root).")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: not valid YAML: {err}") from err
+    try:
+        return parse_params(raw)
+    except ParamsError as err:
+        raise ParamsError(f"{path}: {err}") from None
+
+
+@dataclass
+class CellConfig:
+    """Everything one cell's training needs, fully resolved."""
+
+    cell: str
+    model: ModelConfig
+    train: TrainConfig
+
+    def to_json(self) -> str:
+        """Content-stable bytes: same config, same file, so DVC sees no change."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> CellConfig:
+        raw = json.loads(text)
+        return cls(cell=raw["cell"], model=ModelConfig(**raw["model"]),
+                   train=TrainConfig(**raw["train"]))
+
+
+def resolve_cell(params: Params, name: str) -> CellConfig:
+    """Apply a cell's overrides to the shared model and train blocks, and validate."""
+    if name not in params.cells:
+        raise ParamsError(f"unknown cell '{name}'; cells: {', '.join(params.cells)}.")
+    overrides = params.cells[name]
+    sections = {}
+    for section in CELL_SECTIONS:
+        base = dataclasses.asdict(getattr(params, section))
+        extra = overrides.get(section) or {}
+        if not isinstance(extra, dict):
+            raise ParamsError(f"'cells.{name}.{section}' must be a mapping, got {extra!r}.")
+        if section == "model" and "vocab_size" in extra:
+            raise ParamsError(f"'cells.{name}.model.vocab_size' is set by "
+                              "'tokenizer.vocab_size'; remove it.")
+        for key in extra:
+            if key not in base:
+                raise _unknown(f"cells.{name}.{section}", str(key), list(base))
+        try:
+            sections[section] = _build(section, SECTIONS[section], {**base, **extra})
+        except ParamsError as err:
+            raise ParamsError(f"in cell '{name}': {err}") from None
+    return CellConfig(cell=name, **sections)
+
+
+def load_cell(path: str | Path) -> CellConfig:
+    """Read a resolved cell config written by the configure stage."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: cell config not found; run `dvc repro` to write it.")
+    return CellConfig.from_json(path.read_text())

@@ -1,0 +1,201 @@
+"""LoopedLM: one model class for every looped-transformer variant loopscope studies.
+
+    tokens -> embedding -> prelude (n_prelude unshared blocks)
+           -> core (n_core shared blocks, applied `loops` times) -> H_1 .. H_K
+           -> coda (n_coda unshared blocks) -> readout -> tied LM head
+
+Paper A's looped LM is ``n_prelude = n_coda = 0``, pre-norm blocks, H_0 = embeddings.
+Paper B's backbone adds a prelude and coda, sandwich blocks, prelude re-injection at
+every loop and a noise initial state. Each loop's state H_k is both read out (so it can
+be supervised) and fed back (so it drives the next loop): the readout option decides
+whether the loss can see the state's scale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# hook(k, H_k) -> H_k', called after loop k (1-based) before the state is read out and
+# fed back; used by the scale clamp and other interventions.
+LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 2048
+    context: int = 128
+    d_model: int = 128
+    n_heads: int = 4
+    n_prelude: int = 0
+    n_core: int = 2
+    n_coda: int = 0
+    loops: int = 4
+    readout: str = "normed"  # normed | raw | final_norm (raw before the last loop)
+    block: str = "prenorm"  # prenorm | sandwich
+    inter_loop_norm: bool = False  # RMSNorm the state between loops
+    inject: str = "none"  # none | add | concat_adapter (prelude output at every loop)
+    state_init: str = "embed"  # embed (H_0 = prelude output) | noise
+    dropout: float = 0.0
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * g: invariant to the scale of x, which is the point of paper A."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.proj.residual = True
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)
+                   for z in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
+        self.down = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False)
+        self.down.residual = True
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.down(F.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    """A decoder block; pre-norm ``h + f(norm(h))`` or Huginn's sandwich form.
+
+    Pre-norm leaves the residual stream unnormalized, so its scale is carried from
+    loop to loop (paper A, Lemma 2). Sandwich normalizes after each sub-block as well,
+    which bounds the state (paper B's backbone).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.sandwich = cfg.block == "sandwich"
+        self.n1, self.n2 = RMSNorm(cfg.d_model), RMSNorm(cfg.d_model)
+        if self.sandwich:
+            self.n3, self.n4 = RMSNorm(cfg.d_model), RMSNorm(cfg.d_model)
+        self.attn, self.mlp = Attention(cfg), MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sandwich:
+            x = self.n2(self.attn(self.n1(x)) + x)
+            return self.n4(self.mlp(self.n3(x)) + x)
+        x = x + self.attn(self.n1(x))
+        return x + self.mlp(self.n2(x))
+
+
+@dataclass
+class LoopOutput:
+    """Per-loop results: states[k-1] is H_k; logits[k-1] is its readout (None if unread)."""
+
+    states: list[torch.Tensor]
+    logits: list[torch.Tensor | None]
+
+
+class LoopedLM(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.context, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.prelude = nn.ModuleList(Block(cfg) for _ in range(cfg.n_prelude))
+        self.core = nn.ModuleList(Block(cfg) for _ in range(cfg.n_core))
+        self.coda = nn.ModuleList(Block(cfg) for _ in range(cfg.n_coda))
+        self.adapter = (nn.Linear(2 * cfg.d_model, cfg.d_model, bias=False)
+                        if cfg.inject == "concat_adapter" else None)
+        self.loop_norm = RMSNorm(cfg.d_model) if cfg.inter_loop_norm else None
+        self.norm_out = RMSNorm(cfg.d_model)  # used by the normed readouts only
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.embed.weight  # tied embeddings
+        n_layers = cfg.n_prelude + cfg.n_core * cfg.loops + cfg.n_coda
+        for name, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)) and name != "head":
+                std = 0.02
+                if getattr(module, "residual", False):  # GPT-2 scaled residual init
+                    std = 0.02 / math.sqrt(2 * n_layers)
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+
+    def num_params(self) -> int:
+        """Unique parameters (the tied head counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def read(self, h: torch.Tensor, last: bool) -> torch.Tensor:
+        """Decode a loop's state to logits through the coda and the readout."""
+        for block in self.coda:
+            h = block(h)
+        if self.cfg.readout == "normed" or (self.cfg.readout == "final_norm" and last):
+            h = self.norm_out(h)
+        return self.head(h)
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        loops: int | None = None,
+        hook: LoopHook | None = None,
+        read: str = "all",
+    ) -> LoopOutput:
+        """Run `loops` loops (default: the configured count) over token ids (B, T).
+
+        read: "all" reads out every loop (per-loop loss, diagnostics), "last" only the
+        final one (final-loop loss), "none" returns states only.
+        """
+        cfg = self.cfg
+        loops = cfg.loops if loops is None else loops
+        if loops < 1:
+            raise ValueError(f"loops must be >= 1, got {loops}")
+        if read not in ("all", "last", "none"):
+            raise ValueError(f"read must be all | last | none, got {read!r}")
+        t = idx.shape[1]
+        if t > cfg.context:
+            raise ValueError(f"sequence length {t} exceeds model.context {cfg.context}")
+        e = self.drop(self.embed(idx) + self.pos(torch.arange(t, device=idx.device)))
+        for block in self.prelude:
+            e = block(e)
+        if cfg.state_init == "noise":
+            h = torch.randn_like(e) * math.sqrt(2.0 / (5 * cfg.d_model))
+        else:
+            h = e
+        states, logits = [], []
+        for k in range(1, loops + 1):
+            if cfg.inject == "add":
+                h = h + e
+            elif cfg.inject == "concat_adapter":
+                h = self.adapter(torch.cat([h, e], dim=-1))
+            for block in self.core:
+                h = block(h)
+            if self.loop_norm is not None:
+                h = self.loop_norm(h)
+            if hook is not None:
+                h = hook(k, h)
+            states.append(h)
+            wanted = read == "all" or (read == "last" and k == loops)
+            logits.append(self.read(h, last=k == loops) if wanted else None)
+        return LoopOutput(states=states, logits=logits)

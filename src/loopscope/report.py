@@ -1,0 +1,36 @@
+"""Render a report: papermill executes a notebook template, nbconvert writes HTML."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill as pm
+from nbconvert import HTMLExporter
+
+from loopscope.data import atomic_write_bytes
+
+
+def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s: int) -> None:
+    """Execute template with parameters and write the HTML (code hidden) atomically.
+
+    A failing notebook cell raises papermill's PapermillExecutionError and no HTML is
+    written, so a broken report is never cached as a good one.
+    """
+    if not template.is_file():
+        raise FileNotFoundError(f"{template}: report template not found.")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    with tempfile.TemporaryDirectory() as tmp:
+        executed = Path(tmp) / template.name
+        pm.execute_notebook(str(template), str(executed), parameters=parameters,
+                            kernel_name="python3", cwd=os.getcwd(), progress_bar=False,
+                            execution_timeout=timeout_s)
+        nb = nbformat.read(executed, as_version=4)
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
+                            exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nb)
+    html_out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(html_out, body.encode())
