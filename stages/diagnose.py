@@ -23,8 +23,9 @@ def main() -> None:
     metrics = diagnose(model, x, y, params.diagnose.batch_size)
     metrics["val_tokens"] = int(y.numel())
     write_json(Path("metrics/diagnose") / f"{name}.json", metrics)
-    print(f"diagnose {name}: ppl at K={cell.model.loops} {metrics['ppl'][f'k{cell.model.loops}']:.1f}, "
-          f"final-loop mean norm {metrics['norm_mean'][f'k{cell.model.loops}']:.1f}")
+    last = f"k{cell.model.loops}"
+    print(f"diagnose {name}: ppl at K={cell.model.loops} {metrics['ppl'][last]:.1f}, "
+          f"final-loop mean norm {metrics['norm_mean'][last]:.1f}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,7 @@
 from pathlib import Path
 
 from loopscope.config import load_params
-from loopscope.data import (encode, read_documents, split_documents, train_tokenizer,
-                            write_prepared)
+from loopscope.data import encode, read_documents, split_documents, train_tokenizer, write_prepared
 from loopscope.stage import run
 
 

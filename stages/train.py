@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 import torch
-from dvclive import Live
 
+from dvclive import Live
 from loopscope.config import load_cell, load_params
 from loopscope.data import load_tokens
 from loopscope.stage import run, write_json

@@ -22,7 +22,8 @@ def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s
     """
     if not template.is_file():
         raise FileNotFoundError(f"{template}: report template not found.")
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    # The kernel inherits our environment; a non-inline MPLBACKEND would drop every figure.
+    os.environ.pop("MPLBACKEND", None)
     with tempfile.TemporaryDirectory() as tmp:
         executed = Path(tmp) / template.name
         pm.execute_notebook(str(template), str(executed), parameters=parameters,

@@ -1,0 +1,34 @@
+# loopscope: two commands do all set-up on a fresh machine.
+#   make repro   venv + pinned deps + embedded corpus + `dvc repro` -> reports/html/*.html
+#   make test    venv + pinned deps + pytest
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+# Stage commands say `python`: run them, and dvc, from the venv.
+export PATH := $(BIN):$(PATH)
+export DVC_NO_ANALYTICS := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: repro test lint data clean-venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+data: $(STAMP)
+	$(BIN)/python -m loopscope.corpus data
+
+repro: data
+	$(BIN)/dvc repro
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src stages tests
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,97 @@
+"""params.yaml validation and cell resolution."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loopscope.config import ParamsError, load_params, parse_params, resolve_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def with_(path: str, value, base=BASE):
+    raw = copy.deepcopy(base)
+    *parents, last = path.split(".")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return raw
+
+
+def test_shipped_params_are_valid():
+    params = load_params(ROOT / "params.yaml")
+    assert params.cells
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    ("model.readout", "sideways",
+     r"'model.readout' is 'sideways'; allowed values: normed, raw, final_norm"),
+    ("model.loops", 0, r"'model.loops' is 0; it must be >= 1"),
+    ("train.loss", "everywhere", r"'train.loss' is 'everywhere'; allowed values: final, per_loop"),
+    ("model.block", "post", r"allowed values: prenorm, sandwich"),
+    ("model.inject", "mul", r"allowed values: none, add, concat_adapter"),
+    ("model.state_init", "zeros", r"allowed values: embed, noise"),
+    ("model.d_model", 130, r"'model.d_model' is 130; it must be divisible by model.n_heads \(4\)"),
+    ("train.lr", 0, r"'train.lr' is 0.0; it must be > 0"),
+    ("train.norm_penalty", -1, r"'train.norm_penalty' is -1.0; it must be >= 0"),
+    ("train.steps", 1.5, r"'train.steps' must be a int, got 1.5"),
+    ("model.inter_loop_norm", "yes", r"'model.inter_loop_norm' must be a bool"),
+    ("tokenizer.vocab_size", 10, r"'tokenizer.vocab_size' is 10"),
+    ("data.val_fraction", 0.9, r"'data.val_fraction' is 0.9"),
+    ("model.redout", "raw", r"unknown key 'model.redout'. Did you mean 'readout'\?"),
+    ("trian", {}, r"unknown key 'trian'. Did you mean 'train'\?"),
+    ("model.vocab_size", 100, r"'model.vocab_size' is set by 'tokenizer.vocab_size'"),
+    ("cells.perloop_raw.model.readout", "sideways",
+     r"in cell 'perloop_raw': 'model.readout' is 'sideways'; allowed values"),
+    ("cells.perloop_raw.model.loop", 3, r"unknown key 'cells.perloop_raw.model.loop'"),
+    ("cells.perloop_raw.diagnose", {}, r"unknown key 'cells.perloop_raw.diagnose'"),
+])
+def test_bad_values_are_named(path, value, expected):
+    with pytest.raises(ParamsError, match=expected):
+        parse_params(with_(path, value))
+
+
+def test_bad_cell_name():
+    raw = copy.deepcopy(BASE)
+    raw["cells"]["bad-name"] = {}
+    with pytest.raises(ParamsError, match="cell name 'bad-name'"):
+        parse_params(raw)
+
+
+def test_load_params_names_the_file(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(with_("model.loops", 0)))
+    with pytest.raises(ParamsError, match=str(path)):
+        load_params(path)
+    with pytest.raises(ParamsError, match="file not found"):
+        load_params(tmp_path / "missing.yaml")
+
+
+def test_cell_overrides_and_inheritance():
+    params = parse_params(with_("cells.perloop_raw.train.steps", 7))
+    raw = resolve_cell(params, "perloop_raw")
+    normed = resolve_cell(params, "perloop_normed")
+    assert raw.model.readout == "raw" and raw.train.steps == 7
+    assert normed.train.steps == BASE["train"]["steps"]
+    assert raw.model.vocab_size == BASE["tokenizer"]["vocab_size"]
+
+
+def test_resolved_bytes_change_only_for_affected_cells():
+    before = parse_params(BASE)
+    after = parse_params(with_("model.readout", "raw"))
+    # every shipped 2x2 cell pins its readout, so none of them changes
+    for name in BASE["cells"]:
+        assert resolve_cell(before, name).to_json() == resolve_cell(after, name).to_json()
+    after = parse_params(with_("train.lr", 0.001))
+    assert all(resolve_cell(before, n).to_json() != resolve_cell(after, n).to_json()
+               for n in BASE["cells"])
+
+
+def test_cell_config_round_trips():
+    from loopscope.config import CellConfig
+    cell = resolve_cell(parse_params(BASE), "perloop_raw")
+    assert CellConfig.from_json(cell.to_json()) == cell

@@ -1,0 +1,105 @@
+"""End to end: the real `dvc repro` on a copy of the repository with micro params."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_raw"]
+
+
+def sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def copy_repo(dest: Path) -> Path:
+    """The project's files (as git sees them) with micro params and a small corpus."""
+    files = sh(["git", "ls-files", "--cached", "--others", "--exclude-standard"], ROOT).stdout
+    for rel in files.split():
+        if rel.startswith(("data/", "tests/")) or rel in ("data.dvc", "dvc.lock"):
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, dest / rel)
+    shutil.copy(ROOT / "tests" / "micro_params.yaml", dest / "params.yaml")
+    data = dest / "data"
+    data.mkdir()
+    line = "To be, or not to be, that is the question: whether 'tis nobler in the mind\n"
+    for i in range(3):
+        (data / f"doc{i}.txt").write_text("".join(f"{i} {j} {line}" for j in range(300)))
+    sh(["git", "init", "-q"], dest)
+    sh(["dvc", "add", "-q", "data"], dest)
+    sh(["git", "add", "-A"], dest)
+    sh(["git", "commit", "-qm", "micro"], dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    return copy_repo(tmp_path_factory.mktemp("pipeline"))
+
+
+def test_repro_writes_report_and_finite_metrics(repo):
+    sh(["dvc", "repro"], repo)
+    html = repo / "reports" / "html" / "blind_spot.html"
+    assert html.is_file() and "Hidden-state norm per loop" in html.read_text()
+    assert "<img" in html.read_text()  # the seaborn figure is embedded
+    for cell in CELLS:
+        metrics = json.loads((repo / "metrics" / "diagnose" / f"{cell}.json").read_text())
+        assert set(metrics["ppl"]) == {"k1", "k2", "k3", "k4"}
+        values = [v for group in metrics.values() if isinstance(group, dict)
+                  for v in group.values()]
+        assert values and all(math.isfinite(v) for v in values)
+        assert (repo / "models" / f"{cell}.pt").is_file()
+        assert (repo / "dvclive" / cell / "metrics.json").is_file()
+    shown = sh(["dvc", "metrics", "show", "--json"], repo).stdout
+    assert "norm_mean" in shown and "ppl" in shown
+
+
+def test_second_repro_runs_nothing(repo):
+    out = sh(["dvc", "repro"], repo).stdout
+    assert "Running stage" not in out
+    assert "up to date" in sh(["dvc", "status"], repo).stdout
+
+
+def test_one_cell_change_reruns_that_cell_only(repo):
+    params = (repo / "params.yaml").read_text()
+    changed = params.replace("  perloop_raw:\n    train:\n      loss: per_loop\n",
+                             "  perloop_raw:\n    train:\n      loss: per_loop\n      seed: 7\n")
+    assert changed != params
+    (repo / "params.yaml").write_text(changed)
+    out = sh(["dvc", "repro"], repo).stdout
+    assert "Running stage 'train@perloop_raw'" in out
+    for cell in CELLS[:3]:
+        assert f"Running stage 'train@{cell}'" not in out
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("readout: normed", "readout: sideways",
+     "'model.readout' is 'sideways'; allowed values: normed, raw, final_norm"),
+    ("loops: 4", "loops: 0", "'model.loops' is 0; it must be >= 1"),
+])
+def test_bad_params_fail_before_training(tmp_path, key, value, message):
+    repo = copy_repo(tmp_path)
+    params = (repo / "params.yaml").read_text()
+    assert key in params
+    (repo / "params.yaml").write_text(params.replace(key, value, 1))
+    start = time.perf_counter()
+    result = sh(["dvc", "repro"], repo, check=False)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert time.perf_counter() - start < 60
+    assert not (repo / "models").exists() or not any((repo / "models").glob("*.pt"))
+    assert "Running stage 'train@" not in result.stdout
