@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_raw"]
+CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_raw",
+         "perloop_interloop_norm"]
 
 
 def sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:

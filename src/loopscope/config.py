@@ -65,11 +65,20 @@ class TrainConfig:
 
 
 @dataclass
-class DiagnoseConfig:
-    """How much validation text the diagnostics read."""
+class ExtractConfig:
+    """The fixed validation slice whose per-loop hidden states are saved."""
 
     val_sequences: int = 64
     batch_size: int = 16
+
+
+@dataclass
+class DiagnoseConfig:
+    """How much validation text the depth sweep, clamp and timing read."""
+
+    val_sequences: int = 64
+    batch_size: int = 16
+    timing_repeats: int = 3  # tokens/s at each depth: best of this many passes
 
 
 @dataclass
@@ -84,6 +93,7 @@ SECTIONS: dict[str, type] = {
     "tokenizer": TokenizerConfig,
     "model": ModelConfig,
     "train": TrainConfig,
+    "extract": ExtractConfig,
     "diagnose": DiagnoseConfig,
     "report": ReportConfig,
 }
@@ -111,6 +121,7 @@ class Params:
     tokenizer: TokenizerConfig
     model: ModelConfig
     train: TrainConfig
+    extract: ExtractConfig
     diagnose: DiagnoseConfig
     report: ReportConfig
     cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
@@ -198,9 +209,11 @@ def _check_ranges(section: str, obj: Any) -> None:
         req("warmup_steps", obj.warmup_steps >= 0, ">= 0")
         req("min_lr_ratio", 0.0 <= obj.min_lr_ratio <= 1.0, "in [0, 1]")
         req("seed", obj.seed >= 0, ">= 0")
-    elif isinstance(obj, DiagnoseConfig):
+    elif isinstance(obj, (ExtractConfig, DiagnoseConfig)):
         req("val_sequences", obj.val_sequences >= 1, ">= 1")
         req("batch_size", obj.batch_size >= 1, ">= 1")
+        if isinstance(obj, DiagnoseConfig):
+            req("timing_repeats", obj.timing_repeats >= 1, ">= 1")
     elif isinstance(obj, ReportConfig):
         req("timeout_s", obj.timeout_s >= 1, ">= 1")
 

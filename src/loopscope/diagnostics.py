@@ -1,12 +1,28 @@
-"""Measurements on a trained cell: hidden-state scale per loop and quality per depth."""
+"""Measurements on a trained cell: paper A's diagnostics.
+
+- hidden-state scale per loop, centre and tail (is drift a mean shift or heavy-tailed?);
+- radial gradient fraction of each loop's immediate readout loss (Lemma 1: a normalized
+  readout has no radial gradient, so the loss cannot see the scale);
+- the residual update split into radial and angular parts, and the angular step of
+  the normalized state against 1/s (Lemma 2: a growing scale freezes the direction);
+- cross-entropy and tokens/s at inference depth K (the quality/compute frontier);
+- the recurrent scale clamp (rescale every H_k to its loop-1 magnitude).
+"""
 
 from __future__ import annotations
 
+import copy
+import json
 import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
+from loopscope.data import DataError
 from loopscope.model import LoopedLM
 from loopscope.train import loop_ce
 
@@ -24,6 +40,179 @@ def norm_stats(norms: np.ndarray) -> dict[str, float]:
     stats["p99_over_median"] = stats["p99"] / stats["median"]
     stats["share_above_10x_median"] = float((norms > 10 * stats["median"]).mean())
     return stats
+
+
+# ---------------------------------------------------------------------------- extract
+
+
+@dataclass
+class Extract:
+    """Per-loop hidden states of a fixed validation slice.
+
+    On disk (one folder per cell, written by the extract stage):
+        states.npy    float32, shape (loops + 1, tokens, d_model): H_0 (the initial state)
+                      then H_1 .. H_K, tokens in reading order (sequence-major)
+        tokens.parquet one row per (token, loop k >= 1): seq, position, token_id,
+                      target_id, loop, norm (= ||H_k|| of that token)
+        meta.json     cell, loops, context, sequences, d_model
+    states.npy is written batch by batch through a memmap, so memory stays bounded by
+    one batch whatever the slice size.
+    """
+
+    states: np.ndarray
+    table: pd.DataFrame
+    meta: dict
+
+
+@torch.no_grad()
+def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                  out: Path, cell: str) -> Extract:
+    """Run the model over (x, y) and write the extract folder out/ (see Extract)."""
+    cfg = model.cfg
+    n, t = x.shape
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".states.npy.tmp"
+    states = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
+                                       shape=(cfg.loops + 1, n * t, cfg.d_model))
+    for i in range(0, n, batch_size):
+        xb = x[i:i + batch_size]
+        rows = slice(i * t, (i + len(xb)) * t)
+        out_b = model(xb, read="none")
+        states[0, rows] = out_b.initial.flatten(0, 1).numpy()
+        for k, h in enumerate(out_b.states, 1):
+            states[k, rows] = h.flatten(0, 1).numpy()
+    states.flush()
+    norms = np.linalg.norm(states[1:], axis=-1)  # (loops, tokens)
+    seq = np.repeat(np.arange(n), t)
+    pos = np.tile(np.arange(t), n)
+    table = pd.DataFrame({
+        "seq": np.tile(seq, cfg.loops).astype(np.int32),
+        "position": np.tile(pos, cfg.loops).astype(np.int32),
+        "token_id": np.tile(x.flatten().numpy(), cfg.loops).astype(np.int32),
+        "target_id": np.tile(y.flatten().numpy(), cfg.loops).astype(np.int32),
+        "loop": np.repeat(np.arange(1, cfg.loops + 1), n * t).astype(np.int16),
+        "norm": norms.flatten().astype(np.float32),
+    })
+    meta = {"cell": cell, "loops": cfg.loops, "context": t, "sequences": n,
+            "d_model": cfg.d_model, "tokens": n * t}
+    del states
+    tmp_table = out / ".tokens.parquet.tmp"
+    table.to_parquet(tmp_table, index=False)
+    tmp.replace(out / "states.npy")
+    tmp_table.replace(out / "tokens.parquet")
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return load_extract(out)
+
+
+def load_extract(path: Path) -> Extract:
+    """Read an extract folder, checking that its parts agree."""
+    files = {name: path / name for name in ("states.npy", "tokens.parquet", "meta.json")}
+    for file in files.values():
+        if not file.is_file():
+            raise DataError(f"{file}: missing; rerun the extract stage (`dvc repro`).")
+    meta = json.loads(files["meta.json"].read_text())
+    states = np.load(files["states.npy"], mmap_mode="r")
+    table = pd.read_parquet(files["tokens.parquet"])
+    want = (meta["loops"] + 1, meta["tokens"], meta["d_model"])
+    if states.shape != want or len(table) != meta["loops"] * meta["tokens"]:
+        raise DataError(f"{path}/: states {states.shape} or table ({len(table)} rows) do not "
+                        f"match meta.json {want}; rerun `dvc repro -f extract@{meta['cell']}`.")
+    return Extract(states=states, table=table, meta=meta)
+
+
+# ------------------------------------------------------------------------ Lemma 1
+
+
+def radial_fraction(model: LoopedLM, h: torch.Tensor, targets: torch.Tensor, last: bool
+                    ) -> float:
+    """|<grad_H L, H>| / (||grad_H L|| ||H||) for L = CE of the readout of state H.
+
+    Computed in the model's dtype; pass a float64 copy (as radial_fractions does) so
+    that a normalized readout's ~0 is not float32 round-off.
+    """
+    dtype = next(model.parameters()).dtype
+    h = h.detach().to(dtype).requires_grad_(True)
+    loss = loop_ce(model.read(h, last=last), targets)
+    (grad,) = torch.autograd.grad(loss, h)
+    return (grad * h).sum().abs().item() / (grad.norm() * h.norm()).item()
+
+
+def radial_fractions(model: LoopedLM, ext: Extract, batch_tokens: int = 2048) -> list[float]:
+    """Radial gradient fraction of each loop's immediate readout loss (loops 1..K).
+
+    Averaged over slices of batch_tokens tokens of the extract (each slice a batch of
+    whole sequences, as in training).
+    """
+    t = ext.meta["context"]
+    per_slice = max(1, batch_tokens // t) * t
+    targets = torch.from_numpy(ext.table["target_id"].to_numpy()[: ext.meta["tokens"]]
+                               .astype(np.int64))
+    loops, d = ext.meta["loops"], ext.meta["d_model"]
+    model64 = copy.deepcopy(model).double()
+    out = []
+    for k in range(1, loops + 1):
+        vals = []
+        for i in range(0, ext.meta["tokens"], per_slice):
+            h = torch.from_numpy(np.array(ext.states[k, i:i + per_slice])).view(-1, t, d)
+            vals.append(radial_fraction(model64, h, targets[i:i + per_slice].view(-1, t),
+                                        last=k == loops))
+        out.append(float(np.mean(vals)))
+    return out
+
+
+# ------------------------------------------------------------------------ Lemma 2
+
+
+def decompose_update(h_prev: np.ndarray, h_next: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Split the update D = H_{k+1} - H_k of each token into radial and angular parts.
+
+    radial = <D, u> u with u = H_k / ||H_k|| changes the scale; angular = D - radial
+    turns the direction. Returns (radial, angular) vectors; they sum to D exactly.
+    """
+    d = h_next - h_prev
+    u = h_prev / np.linalg.norm(h_prev, axis=-1, keepdims=True)
+    radial = (d * u).sum(-1, keepdims=True) * u
+    return radial, d - radial
+
+
+def angular_step(h_prev: np.ndarray, h_next: np.ndarray) -> np.ndarray:
+    """Angle (radians) between H_k and H_{k+1} per token: how far the normalized state,
+    the only thing a normalized readout sees, moves in one loop."""
+    a = h_prev / np.linalg.norm(h_prev, axis=-1, keepdims=True)
+    b = h_next / np.linalg.norm(h_next, axis=-1, keepdims=True)
+    return np.arccos(np.clip((a * b).sum(-1), -1.0, 1.0))
+
+
+def update_metrics(ext: Extract) -> dict[str, dict[str, float]]:
+    """Per loop k (the update from H_{k-1} to H_k): mean radial and angular update sizes,
+    mean angular step, mean 1/s_{k-1}, and the log-log slope of angular step on s_{k-1}
+    across tokens (Lemma 2 predicts about -1 once the residual branch b(u) is steady)."""
+    out: dict[str, dict[str, float]] = {}
+    for k in range(1, ext.meta["loops"] + 1):
+        prev, nxt = np.asarray(ext.states[k - 1]), np.asarray(ext.states[k])
+        radial, angular = decompose_update(prev, nxt)
+        s_prev = np.linalg.norm(prev, axis=-1)
+        theta = angular_step(prev, nxt)
+        ok = (theta > 0) & (s_prev > 0)
+        slope = (float(np.polyfit(np.log(s_prev[ok]), np.log(theta[ok]), 1)[0])
+                 if ok.sum() > 2 and np.ptp(np.log(s_prev[ok])) > 0 else float("nan"))
+        values = {
+            "radial_update": float(np.linalg.norm(radial, axis=-1).mean()),
+            "radial_update_signed": float((radial * prev).sum(-1).mean()
+                                          / max(s_prev.mean(), 1e-12)),
+            "angular_update": float(np.linalg.norm(angular, axis=-1).mean()),
+            "angular_step": float(theta.mean()),
+            "inv_scale": float((1.0 / s_prev).mean()),
+            "angular_step_x_scale": float((theta * s_prev).mean()),
+            "angular_vs_scale_slope": slope,
+        }
+        for name, value in values.items():
+            out.setdefault(name, {})[f"k{k}"] = value
+    return out
+
+
+# ------------------------------------------------------------------ depth and clamp
 
 
 @torch.no_grad()
@@ -49,9 +238,63 @@ def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: i
     return ce, torch.stack([torch.cat(n) for n in norms]).numpy()
 
 
-def diagnose(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int
-             ) -> dict[str, dict[str, float]]:
-    """The per-cell metrics JSON: for each loop k, norm statistics, CE and perplexity.
+@torch.no_grad()
+def throughput(model: LoopedLM, x: torch.Tensor, batch_size: int, loops: int,
+               repeats: int = 3) -> float:
+    """Inference tokens/s at depth `loops` (best of `repeats` timed passes over x).
+
+    A timing: compare cells measured in the same run, not across machines.
+    """
+    model.eval()
+    model(x[:batch_size], loops=loops, read="last")  # warm-up
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for i in range(0, len(x), batch_size):
+            model(x[i:i + batch_size], loops=loops, read="last")
+        best = min(best, time.perf_counter() - start)
+    return x.numel() / best
+
+
+def clamp_hook(reference: dict[str, torch.Tensor]):
+    """The recurrent scale clamp: rescale every H_k (k >= 2) to the per-token magnitude
+    it had after loop 1, keeping its direction."""
+    def hook(k: int, h: torch.Tensor) -> torch.Tensor:
+        norm = h.norm(dim=-1, keepdim=True)
+        if k == 1:
+            reference["s1"] = norm
+            return h
+        return h * (reference["s1"] / norm.clamp_min(1e-12))
+    return hook
+
+
+@torch.no_grad()
+def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int
+                 ) -> dict[str, dict[str, float]]:
+    """CE per loop with and without the scale clamp, and their difference."""
+    loops = model.cfg.loops
+    sums = {"ce": torch.zeros(loops, dtype=torch.float64),
+            "ce_clamped": torch.zeros(loops, dtype=torch.float64)}
+    for i in range(0, len(x), batch_size):
+        xb, yb = x[i:i + batch_size], y[i:i + batch_size]
+        for name, hook in (("ce", None), ("ce_clamped", clamp_hook({}))):
+            out = model(xb, hook=hook, read="none")
+            for k, h in enumerate(out.states):
+                ce = loop_ce(model.read(h, last=k == loops - 1), yb).double()
+                sums[name][k] += ce * yb.numel()
+    result: dict[str, dict[str, float]] = {n: {} for n in ("ce", "ce_clamped", "delta_ce")}
+    for k in range(loops):
+        ce, clamped = (sums[n][k].item() / y.numel() for n in ("ce", "ce_clamped"))
+        result["ce"][f"k{k + 1}"] = ce
+        result["ce_clamped"][f"k{k + 1}"] = clamped
+        result["delta_ce"][f"k{k + 1}"] = clamped - ce
+    return result
+
+
+def diagnose(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+             ext: Extract | None = None) -> dict[str, dict[str, float]]:
+    """The per-cell metrics JSON: for each loop or depth k, norm statistics, CE and
+    perplexity, and (given an extract) radial fraction and update decomposition.
 
     Keys are flat and named by loop (e.g. norm_mean.k4, ppl.k1) so `dvc metrics show`
     and `dvc exp show` list them as columns.
@@ -63,4 +306,8 @@ def diagnose(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int
         metrics["ppl"][f"k{k}"] = math.exp(ce[k - 1])
         for name, value in norm_stats(norms[k - 1]).items():
             metrics.setdefault(f"norm_{name}", {})[f"k{k}"] = value
+    if ext is not None:
+        metrics["radial_fraction"] = {f"k{k}": v for k, v in
+                                      enumerate(radial_fractions(model, ext), 1)}
+        metrics.update(update_metrics(ext))
     return metrics

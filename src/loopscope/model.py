@@ -113,10 +113,12 @@ class Block(nn.Module):
 
 @dataclass
 class LoopOutput:
-    """Per-loop results: states[k-1] is H_k; logits[k-1] is its readout (None if unread)."""
+    """Per-loop results: states[k-1] is H_k; logits[k-1] is its readout (None if unread);
+    initial is H_0, the state the first loop starts from."""
 
     states: list[torch.Tensor]
     logits: list[torch.Tensor | None]
+    initial: torch.Tensor
 
 
 class LoopedLM(nn.Module):
@@ -183,6 +185,7 @@ class LoopedLM(nn.Module):
             h = torch.randn_like(e) * math.sqrt(2.0 / (5 * cfg.d_model))
         else:
             h = e
+        initial = h
         states, logits = [], []
         for k in range(1, loops + 1):
             if cfg.inject == "add":
@@ -198,4 +201,4 @@ class LoopedLM(nn.Module):
             states.append(h)
             wanted = read == "all" or (read == "last" and k == loops)
             logits.append(self.read(h, last=k == loops) if wanted else None)
-        return LoopOutput(states=states, logits=logits)
+        return LoopOutput(states=states, logits=logits, initial=initial)

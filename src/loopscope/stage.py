@@ -8,10 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loopscope.config import ParamsError
+import torch
+from torch import Tensor
+
+from loopscope.config import CellConfig, ParamsError
 from loopscope.corpus import CorpusError
-from loopscope.data import DataError, atomic_write_bytes
-from loopscope.train import CheckpointError, DivergenceError
+from loopscope.data import DataError, atomic_write_bytes, load_tokens, val_windows
+from loopscope.model import LoopedLM
+from loopscope.train import CheckpointError, DivergenceError, load_checkpoint
 
 # Errors whose message already says what went wrong and what to do: no traceback.
 EXPECTED = (ParamsError, DataError, DivergenceError, CorpusError, CheckpointError)
@@ -26,6 +30,21 @@ def run(main: Callable[[], None]) -> None:
     except OSError as err:  # a full disk or a read-only path, named by the OS error
         sys.exit(f"error: {err.filename or ''}: {err.strerror}. Free disk space or fix "
                  "permissions, then rerun `dvc repro`.")
+
+
+def trained_cell(name: str, val_sequences: int) -> tuple[LoopedLM, CellConfig, Tensor, Tensor]:
+    """A trained cell ready to measure: model (eval mode), its config, and the first
+    val_sequences validation windows (inputs, targets), the same for every cell.
+
+    Seeds torch with the cell's seed so a noise initial state draws the same noise in
+    every stage that reads the model.
+    """
+    model, cell = load_checkpoint(Path("models") / f"{name}.pt")
+    torch.manual_seed(cell.train.seed)
+    torch.set_num_threads(cell.train.threads)
+    tokens = torch.from_numpy(load_tokens(Path("prepared"), "val"))
+    x, y = val_windows(tokens, cell.model.context, val_sequences)
+    return model, cell, x, y
 
 
 def write_json(path: str | Path, obj: Any) -> None:
