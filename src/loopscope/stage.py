@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Callable
@@ -24,8 +25,10 @@ def run(main: Callable[[], None]) -> None:
     except EXPECTED as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # a full disk or a read-only path, named by the OS error
-        sys.exit(f"error: {err.filename or ''}: {err.strerror}. Free disk space or fix "
-                 "permissions, then rerun `dvc repro`.")
+        todo = ("Free disk space" if err.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "Fix the path or its permissions")
+        sys.exit(f"error: {err.filename or 'a file'}: {err.strerror or err}. {todo}, then "
+                 "rerun `dvc repro` (training resumes from its last checkpoint).")
 
 
 def write_json(path: str | Path, obj: Any) -> None:
