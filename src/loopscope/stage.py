@@ -25,10 +25,10 @@ def run(main: Callable[[], None]) -> None:
     except EXPECTED as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # a full disk or a read-only path, named by the OS error
+        where = f"{err.filename}: {err.strerror}" if err.filename else str(err)
         todo = ("Free disk space" if err.errno in (errno.ENOSPC, errno.EDQUOT)
                 else "Fix the path or its permissions")
-        sys.exit(f"error: {err.filename or 'a file'}: {err.strerror or err}. {todo}, then "
-                 "rerun `dvc repro` (training resumes from its last checkpoint).")
+        sys.exit(f"error: {where.rstrip('.')}. {todo}, then rerun `dvc repro`.")
 
 
 def write_json(path: str | Path, obj: Any) -> None:
