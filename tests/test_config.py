@@ -1,12 +1,13 @@
 """params.yaml validation and cell resolution."""
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from loopscope.config import ParamsError, load_params, parse_params, resolve_cell
+from loopscope.config import CHOICES, ParamsError, load_params, parse_params, resolve_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -49,9 +50,45 @@ def test_shipped_params_are_valid():
      r"in cell 'perloop_raw': 'model.readout' is 'sideways'; allowed values"),
     ("cells.perloop_raw.model.loop", 3, r"unknown key 'cells.perloop_raw.model.loop'"),
     ("cells.perloop_raw.diagnose", {}, r"unknown key 'cells.perloop_raw.diagnose'"),
+    ("train.checkpoint_every", 0, r"'train.checkpoint_every' is 0; it must be >= 1"),
+    ("train.batch_size", 0, r"'train.batch_size' is 0; it must be >= 1"),
+    ("train.threads", 0, r"'train.threads' is 0; it must be >= 1"),
+    ("train.grad_clip", 0, r"'train.grad_clip' is 0.0; it must be > 0"),
+    ("train.min_lr_ratio", 1.5, r"'train.min_lr_ratio' is 1.5; it must be in \[0, 1\]"),
+    ("train.warmup_steps", -1, r"'train.warmup_steps' is -1; it must be >= 0"),
+    ("train.seed", -3, r"'train.seed' is -3; it must be >= 0"),
+    ("train.lr", "3e-3", r"'train.lr' must be a float, got '3e-3'"),
+    ("model.context", 0, r"'model.context' is 0; it must be >= 1"),
+    ("model.n_heads", 0, r"'model.n_heads' is 0; it must be >= 1"),
+    ("model.n_prelude", -1, r"'model.n_prelude' is -1; it must be >= 0"),
+    ("model.dropout", 1.0, r"'model.dropout' is 1.0; it must be in \[0, 1\)"),
+    ("tokenizer.kind", "wordpiece", r"'tokenizer.kind' is 'wordpiece'; allowed values: bpe"),
+    ("tokenizer.vocab_size", 2_000_000, r"'tokenizer.vocab_size' is 2000000; it must be at "
+     r"least 260 .* and at most 1000000"),
+    ("data.val_fraction", 0, r"'data.val_fraction' is 0.0; it must be between 0 and 0.5"),
+    ("data.dir", 5, r"'data.dir' must be a str, got 5"),
+    ("diagnose.val_sequences", 0, r"'diagnose.val_sequences' is 0; it must be >= 1"),
+    ("report.timeout_s", 0, r"'report.timeout_s' is 0; it must be >= 1"),
+    ("train.chekpoint_every", 10,
+     r"unknown key 'train.chekpoint_every'. Did you mean 'checkpoint_every'\?"),
+    ("model", 3, r"'model' must be a mapping of keys to values, got 3"),
+    ("cells", {}, r"'cells' must map at least one cell name to its overrides"),
+    ("cells.perloop_raw", 3, r"'cells.perloop_raw' must be a mapping, got 3"),
+    ("cells.perloop_raw.train.lr", -1,
+     r"in cell 'perloop_raw': 'train.lr' is -1.0; it must be > 0"),
 ])
 def test_bad_values_are_named(path, value, expected):
     with pytest.raises(ParamsError, match=expected):
+        parse_params(with_(path, value))
+
+
+@pytest.mark.parametrize("path", sorted(CHOICES))
+def test_every_enumerated_option_lists_its_allowed_values(path):
+    allowed = ", ".join(CHOICES[path])
+    message = f"'{path}' is 'bogus'; allowed values: {allowed}."
+    with pytest.raises(ParamsError, match=re.escape(message)):
+        parse_params(with_(path, "bogus"))
+    for value in CHOICES[path]:  # and every allowed value is accepted
         parse_params(with_(path, value))
 
 

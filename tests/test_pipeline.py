@@ -16,11 +16,16 @@ CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_raw",
          "perloop_interloop_norm"]
 
 
+def sh_env() -> dict[str, str]:
+    """The environment of pipeline commands: this venv's python and dvc first."""
+    return {**os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
 def sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    result = subprocess.run(cmd, cwd=cwd, env=sh_env(), capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
     return result
@@ -65,6 +70,8 @@ def test_repro_writes_report_and_finite_metrics(repo):
         assert values and all(math.isfinite(v) for v in values)
         assert (repo / "models" / f"{cell}.pt").is_file()
         assert (repo / "dvclive" / cell / "metrics.json").is_file()
+    # resume checkpoints are deleted once their cell is done
+    assert not [p for p in (repo / "checkpoints").rglob("*") if p.is_file()]
     shown = sh(["dvc", "metrics", "show", "--json"], repo).stdout
     assert "norm_mean" in shown and "ppl" in shown
 

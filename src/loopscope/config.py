@@ -62,6 +62,7 @@ class TrainConfig:
     seed: int = 42
     threads: int = 2
     log_every: int = 10
+    checkpoint_every: int = 50  # steps between resume checkpoints (checkpoints/<cell>/)
 
 
 @dataclass
@@ -200,7 +201,7 @@ def _check_ranges(section: str, obj: Any) -> None:
             f"divisible by model.n_heads ({obj.n_heads})")
         req("dropout", 0.0 <= obj.dropout < 1.0, "in [0, 1)")
     elif isinstance(obj, TrainConfig):
-        for name in ("steps", "batch_size", "threads", "log_every"):
+        for name in ("steps", "batch_size", "threads", "log_every", "checkpoint_every"):
             req(name, getattr(obj, name) >= 1, ">= 1")
         req("lr", obj.lr > 0, "> 0")
         req("norm_penalty", obj.norm_penalty >= 0, ">= 0")

@@ -88,14 +88,27 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def temp_path(path: Path) -> Path:
+    """The hidden sibling that atomic_write_bytes writes before renaming it to path."""
+    return path.with_name(f".{path.name}.tmp")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary name and rename, so a killed stage leaves no partial file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write to a temporary name and rename, so a killed stage leaves no partial file.
+
+    A failed write (a full disk) removes the partial temporary file and re-raises the
+    OSError with the destination's name: the OS error of a write() names no file.
+    """
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from err
 
 
 def write_prepared(out: Path, tok: Tokenizer, splits: dict[str, np.ndarray],
@@ -122,6 +135,24 @@ def load_meta(prepared: Path) -> dict:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: corrupt ({err}); rerun `dvc repro -f prepare`.") from None
+
+
+def check_context(meta: dict, context: int) -> None:
+    """Fail before the first training step if a split cannot hold one window.
+
+    Training draws windows of context + 1 tokens at random starts (so it needs
+    context + 2); the diagnostics need context + 1 validation tokens. Checking both at
+    the start of train means a too-long model.context costs seconds, not a training run
+    that diagnose then rejects.
+    """
+    hints = {"train": "lower model.context or use a larger corpus",
+             "val": "raise data.val_fraction or lower model.context"}
+    for split, extra in (("train", 2), ("val", 1)):
+        tokens = meta["splits"][split]["tokens"]
+        if tokens < context + extra:
+            raise DataError(f"model.context is {context}, but the {split} split has only "
+                            f"{tokens} tokens (it needs at least {context + extra}); "
+                            f"{hints[split]}.")
 
 
 def load_tokens(prepared: Path, split: str) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Callable
@@ -28,8 +29,10 @@ def run(main: Callable[[], None]) -> None:
     except EXPECTED as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # a full disk or a read-only path, named by the OS error
-        sys.exit(f"error: {err.filename or ''}: {err.strerror}. Free disk space or fix "
-                 "permissions, then rerun `dvc repro`.")
+        where = f"{err.filename}: {err.strerror}" if err.filename else str(err)
+        todo = ("Free disk space" if err.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "Fix the path or its permissions")
+        sys.exit(f"error: {where.rstrip('.')}. {todo}, then rerun `dvc repro`.")
 
 
 def trained_cell(name: str, val_sequences: int) -> tuple[LoopedLM, CellConfig, Tensor, Tensor]:

@@ -1,7 +1,19 @@
-"""Training one cell: loss placement, norm penalty, schedule, logging, checkpoint."""
+"""Training one cell: loss placement, norm penalty, schedule, logging, checkpoints.
+
+Two kinds of checkpoint, both written atomically and carrying a sha256 of their
+contents, so a truncated or altered file is an error and never a silently wrong model:
+
+- models/<cell>.pt, the trained model (a DVC output), written once at the end;
+- a resume checkpoint (checkpoints/<cell>/last.pt, deliberately not a DVC output: DVC
+  deletes a stage's outputs before rerunning it), written every train.checkpoint_every
+  steps, so a killed run continues where it stopped and ends bitwise where an
+  uninterrupted run ends.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import math
 import time
@@ -14,8 +26,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from loopscope.config import CellConfig, TrainConfig
-from loopscope.data import Batches, atomic_write_bytes
+from loopscope.data import Batches, atomic_write_bytes, temp_path
 from loopscope.model import LoopedLM, LoopOutput
+
+RESUME_FORMAT = "loopscope-resume-1"
+SOURCES = ("model.py", "data.py", "train.py")  # the code a training result depends on
 
 
 class DivergenceError(RuntimeError):
@@ -57,54 +72,199 @@ def objective(out: LoopOutput, targets: torch.Tensor, cfg: TrainConfig
     return loss, [c.item() for c in ces]
 
 
+def _digest_into(h: Any, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for key in sorted(obj, key=repr):
+            h.update(repr(key).encode())
+            _digest_into(h, obj[key])
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[")
+        for item in obj:
+            _digest_into(h, item)
+        h.update(b"]")
+    else:
+        h.update(repr(obj).encode())
+
+
+def payload_digest(payload: dict[str, Any]) -> str:
+    """sha256 over every tensor's bytes and every value of a checkpoint payload.
+
+    torch.load happily returns weights with a flipped byte in them; this digest, stored
+    in the file and checked on load, turns that into an error.
+    """
+    h = hashlib.sha256()
+    _digest_into(h, {k: v for k, v in payload.items() if k != "sha256"})
+    return h.hexdigest()
+
+
+def _write_payload(path: Path, payload: dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    torch.save({**payload, "sha256": payload_digest(payload)}, buf)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _read_payload(path: Path) -> dict[str, Any]:
+    """Load a payload written by _write_payload; CheckpointError if damaged."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for a damaged file
+        raise CheckpointError(f"{path}: unreadable checkpoint "
+                              f"({type(err).__name__}: {err})") from None
+    if not isinstance(payload, dict) or payload.get("sha256") != payload_digest(payload):
+        raise CheckpointError(f"{path}: checksum does not match its contents (altered, or "
+                              "written by an older loopscope)")
+    return payload
+
+
 def save_checkpoint(path: Path, model: LoopedLM, cell: CellConfig, extra: dict[str, Any]
                     ) -> None:
     """Atomically save weights and the resolved config they were trained with."""
-    buf = io.BytesIO()
-    torch.save({"cell": cell.to_json(), "model": model.state_dict(), **extra}, buf)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, buf.getvalue())
+    _write_payload(path, {"cell": cell.to_json(), "model": model.state_dict(), **extra})
 
 
 def load_checkpoint(path: Path) -> tuple[LoopedLM, CellConfig]:
     """Rebuild the trained model from a checkpoint written by save_checkpoint."""
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found; run `dvc repro` to train it.")
+    rerun = f"rerun its train stage with `dvc repro -f train@{path.stem}`"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = _read_payload(path)
         cell = CellConfig.from_json(state["cell"])
         model = LoopedLM(cell.model)
         model.load_state_dict(state["model"])
-    except Exception as err:  # torch raises many types for a damaged file
+    except CheckpointError as err:
+        raise CheckpointError(f"{err}; {rerun}.") from None
+    except Exception as err:  # a valid file that is not one of our checkpoints
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(err).__name__}: {err}); "
-                           "rerun its train stage with `dvc repro -f`.") from None
+                              f"{rerun}.") from None
     model.eval()
     return model, cell
 
 
-def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None
-               ) -> tuple[LoopedLM, dict[str, Any]]:
-    """Train one cell from scratch; returns the model and a summary of the run.
+def run_fingerprint(cell: CellConfig, train_tokens: torch.Tensor) -> str:
+    """What a training run's result depends on: resolved config, tokens and code.
+
+    A resume checkpoint is used only by a run with the same fingerprint, so a corpus or
+    code change after a kill (which DVC answers by rerunning the stage) starts afresh
+    instead of finishing someone else's run.
+    """
+    h = hashlib.sha256(cell.to_json().encode())
+    _digest_into(h, train_tokens)
+    for source in SOURCES:
+        h.update((Path(__file__).parent / source).read_bytes())
+    return h.hexdigest()
+
+
+def load_resume(path: Path, cell: CellConfig, fingerprint: str) -> dict[str, Any] | None:
+    """The resume state saved by a run with this fingerprint, else None (with a note).
+
+    A resume file of another run (params, corpus or code changed after a kill), or a
+    damaged one, is ignored rather than fatal: it only saves time, and training from
+    step 0 is always correct. It is overwritten at the next checkpoint.
+    """
+    if not path.is_file():
+        return None
+    try:
+        state = _read_payload(path)
+    except CheckpointError as err:
+        print(f"note: {err}; training cell '{cell.cell}' from step 0.", flush=True)
+        return None
+    if state.get("format") != RESUME_FORMAT or state.get("fingerprint") != fingerprint:
+        print(f"note: {path} was written for another config, corpus or code of cell "
+              f"'{cell.cell}'; training from step 0.", flush=True)
+        return None
+    return state
+
+
+def discard_resume(path: Path) -> None:
+    """Delete a resume checkpoint (and its folder, if empty) once the outputs are in place."""
+    path.unlink(missing_ok=True)
+    temp_path(path).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
+
+
+def _log(live: Any, row: dict[str, float]) -> None:
+    """Send one logged row to DVCLive at its own step (set before logging: dvclive
+    stamps each value with the step current when it is logged)."""
+    if live is None:
+        return
+    live.step = int(row["step"])
+    for name, value in row.items():
+        if name != "step":
+            live.log_metric(name, value)
+    live.next_step()
+
+
+def _optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on gains and biases)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def _snapshot(model: LoopedLM, opt: torch.optim.Optimizer, batches: Batches
+              ) -> dict[str, Any]:
+    """Everything the next step depends on; dropout and noise draw from torch's RNG."""
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(),
+            "batches_rng": batches.gen.get_state(), "torch_rng": torch.get_rng_state()}
+
+
+def _restore(state: dict[str, Any], model: LoopedLM, opt: torch.optim.Optimizer,
+             batches: Batches) -> None:
+    """The inverse of _snapshot."""
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    batches.gen.set_state(state["batches_rng"])
+    torch.set_rng_state(state["torch_rng"])
+
+
+def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
+               resume: Path | None = None) -> tuple[LoopedLM, dict[str, Any]]:
+    """Train one cell; returns the model and a summary of the run.
 
     live: a dvclive.Live (or None) that receives per-step metrics.
+    resume: where to keep a resume checkpoint (None: no checkpoints). If it holds one
+    of this same run (config, tokens, code), training continues from its step with the
+    model, optimizer, batch sampler and torch RNG restored, so the result is bitwise
+    that of an uninterrupted run on CPU; the rows logged before it are replayed into
+    live, since DVC deletes dvclive/<cell>/ before it reruns the stage. train_seconds
+    then counts the time of the steps kept, not of work lost to the interruption.
     """
     cfg = cell.train
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
     model = LoopedLM(cell.model)
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95))
+    opt = _optimizer(model, cfg)
     batches = Batches(train_tokens, cell.model.context, cfg.batch_size, cfg.seed)
+    first, spent, history, loss_value = 0, 0.0, [], float("nan")
+    fingerprint, state = "", None
+    if resume is not None:
+        fingerprint = run_fingerprint(cell, train_tokens)
+        state = load_resume(resume, cell, fingerprint)
+    if state is not None:
+        _restore(state, model, opt, batches)
+        first, spent, history, loss_value = (state["step"], state["seconds"],
+                                             state["history"], state["loss"])
+        print(f"train {cell.cell}: resuming from step {first} ({resume})", flush=True)
+        for row in history:
+            _log(live, row)
     read = "all" if cfg.loss == "per_loop" else "last"
     tokens_per_step = cfg.batch_size * cell.model.context
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc=f"train {cell.cell}", unit="step", mininterval=2.0)
-    loss_value = float("nan")
+    bar = tqdm(range(first, cfg.steps), initial=first, total=cfg.steps,
+               desc=f"train {cell.cell}", unit="step", mininterval=2.0)
     for step in bar:
         lr = lr_at(step, cfg)
         for group in opt.param_groups:
@@ -116,23 +276,28 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None
         if not math.isfinite(loss_value):
             raise DivergenceError(
                 f"cell '{cell.cell}': loss is {loss_value} at step {step} (lr {lr:.3g}); "
-                "lower train.lr or raise train.warmup_steps. Nothing was saved.")
+                "lower train.lr or raise train.warmup_steps. No model was saved.")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        tok_s = tokens_per_step * (step + 1) / (time.perf_counter() - start)
+        tok_s = tokens_per_step * (step + 1 - first) / (time.perf_counter() - start)
         bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tok_s:,.0f}", refresh=False)
-        if live is not None and (step % cfg.log_every == 0 or step == cfg.steps - 1):
-            norms = [h.detach().norm(dim=-1).mean().item() for h in out.states]
-            live.log_metric("train/loss", loss_value)
-            live.log_metric("train/lr", lr)
-            live.log_metric("train/ce_last", ces[-1])
-            for k, n in enumerate(norms, 1):
-                live.log_metric(f"train/norm_loop{k}", n)
-            live.step = step
-            live.next_step()
-    seconds = time.perf_counter() - start
+        if step % cfg.log_every == 0 or step == cfg.steps - 1:
+            row = {"step": step, "train/loss": loss_value, "train/lr": lr,
+                   "train/ce_last": ces[-1]}
+            for k, h in enumerate(out.states, 1):
+                row[f"train/norm_loop{k}"] = h.detach().norm(dim=-1).mean().item()
+            history.append(row)
+            _log(live, row)
+        done = step + 1
+        if resume is not None and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            _write_payload(resume, {
+                "format": RESUME_FORMAT, "fingerprint": fingerprint, "step": done,
+                "history": history, "loss": loss_value,
+                "seconds": spent + time.perf_counter() - start,
+                **_snapshot(model, opt, batches)})
+    seconds = spent + time.perf_counter() - start
     summary = {
         "final_loss": loss_value,
         "train_seconds": round(seconds, 2),

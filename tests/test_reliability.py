@@ -1,0 +1,285 @@
+"""Reliability: interruption and resume, divergence, corruption, determinism, full disk.
+
+The fast tests call the library in-process; the end-to-end ones run the real
+`dvc repro` on a micro copy of the repository (test_pipeline.copy_repo), since what
+matters there is how the stage scripts and DVC behave together.
+"""
+
+import dataclasses
+import errno
+import json
+import os
+import re
+import runpy
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from test_pipeline import ROOT, copy_repo, sh, sh_env
+from test_train import cell, corpus
+
+from loopscope.config import load_params, resolve_cell
+from loopscope.data import DataError, check_context, temp_path
+from loopscope.stage import run, write_json
+from loopscope.train import (
+    CheckpointError,
+    discard_resume,
+    load_checkpoint,
+    save_checkpoint,
+    train_cell,
+)
+
+CELL = "perloop_raw"  # the cell the end-to-end tests train
+TIMINGS = ("train_seconds", "tokens_per_second")  # legitimately differ between runs
+
+
+class Killed(Exception):
+    """Stands in for a kill in the in-process tests."""
+
+
+class RecordingLive:
+    """A dvclive.Live stand-in: records (step, name, value) as dvclive stamps them, and
+    raises Killed on the first value logged at or after kill_at."""
+
+    def __init__(self, kill_at: int | None = None) -> None:
+        self.step, self.rows, self.kill_at = 0, [], kill_at
+
+    def log_metric(self, name: str, value: float) -> None:
+        if self.kill_at is not None and self.step >= self.kill_at:
+            raise Killed
+        self.rows.append((self.step, name, value))
+
+    def next_step(self) -> None:
+        self.step += 1
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+# --- interruption and resume, in-process ----------------------------------------------
+
+def test_resume_continues_bitwise_and_replays_the_log(tmp_path, capsys):
+    config = cell(steps=30, checkpoint_every=10, log_every=5)
+    # dropout draws from torch's global RNG, so its state must be restored too
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, dropout=0.1))
+    ref_live = RecordingLive()
+    ref_model, ref = train_cell(config, corpus(), ref_live)
+
+    path = tmp_path / "last.pt"
+    with pytest.raises(Killed):  # dies at step 25; the last checkpoint is after step 20
+        train_cell(config, corpus(), RecordingLive(kill_at=25), path)
+    assert path.is_file()
+    live = RecordingLive()
+    model, summary = train_cell(config, corpus(), live, path)
+
+    assert "resuming from step 20" in capsys.readouterr().out
+    assert summary["final_loss"] == ref["final_loss"]
+    assert_same_weights(model.state_dict(), ref_model.state_dict())
+    assert live.rows == ref_live.rows  # steps 0..15 replayed, then the same values
+    assert sorted({step for step, _, _ in live.rows}) == [0, 5, 10, 15, 20, 25, 29]
+
+
+def test_resume_checkpoint_of_another_config_is_ignored(tmp_path, capsys):
+    path = tmp_path / "last.pt"
+    train_cell(cell(steps=30, checkpoint_every=10), corpus(), resume=path)
+    assert path.is_file()
+    other = cell(steps=30, checkpoint_every=10, lr=1e-3)
+    _, summary = train_cell(other, corpus(), resume=path)
+    out = capsys.readouterr().out
+    assert "was written for another config, corpus or code of cell 'tiny'; training from " \
+        "step 0" in out
+    assert "resuming" not in out
+    assert summary["final_loss"] == train_cell(other, corpus())[1]["final_loss"]
+
+
+def test_resume_checkpoint_of_another_corpus_is_ignored(tmp_path, capsys):
+    path = tmp_path / "last.pt"
+    config = cell(steps=30, checkpoint_every=10)
+    train_cell(config, corpus(), resume=path)
+    changed = corpus()
+    changed[100] = (changed[100] + 1) % 64  # one token of the training split
+    train_cell(config, changed, resume=path)
+    out = capsys.readouterr().out
+    assert "was written for another config, corpus or code" in out and "resuming" not in out
+
+
+def test_damaged_resume_checkpoint_is_ignored_with_a_note(tmp_path, capsys):
+    path = tmp_path / "last.pt"
+    path.write_bytes(b"not a checkpoint")
+    _, summary = train_cell(cell(steps=5), corpus(), resume=path)
+    assert "last.pt: unreadable checkpoint" in capsys.readouterr().out
+    assert summary["final_loss"] == train_cell(cell(steps=5), corpus())[1]["final_loss"]
+
+
+def test_discard_resume_removes_file_temp_and_folder(tmp_path):
+    path = tmp_path / "checkpoints" / "tiny" / "last.pt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"x")
+    temp_path(path).write_bytes(b"partial")  # a kill during a checkpoint write
+    discard_resume(path)
+    assert not path.parent.exists()
+    discard_resume(path)  # nothing left: no error
+
+
+# --- corruption ------------------------------------------------------------------------
+
+def test_altered_weights_in_a_checkpoint_are_detected(tmp_path):
+    model, _ = train_cell(cell(steps=3), corpus())
+    path = tmp_path / "tiny.pt"
+    save_checkpoint(path, model, cell(steps=3), {})
+    raw = bytearray(path.read_bytes())
+    at = raw.find(model.state_dict()["embed.weight"].numpy().tobytes()[:64])
+    assert at > 0
+    raw[at + 3] ^= 0x01  # one bit of one weight: torch.load alone would not notice
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=r"tiny.pt: checksum does not match its "
+                       r"contents .*`dvc repro -f train@tiny`"):
+        load_checkpoint(path)
+
+
+def test_context_longer_than_a_split_fails_before_training():
+    meta = {"splits": {"train": {"tokens": 5000}, "val": {"tokens": 100}}}
+    check_context(meta, 99)  # one validation window: 99 inputs + 1 shifted target
+    with pytest.raises(DataError, match=r"model.context is 100, but the val split has only "
+                       r"100 tokens .* raise data.val_fraction or lower model.context"):
+        check_context(meta, 100)
+    with pytest.raises(DataError, match=r"the train split has only 5000 tokens .* lower "
+                       r"model.context or use a larger corpus"):
+        check_context({"splits": {"train": {"tokens": 5000}, "val": {"tokens": 10**6}}}, 4999)
+
+
+def test_train_stage_checks_the_context_before_reading_tokens(tmp_path, monkeypatch):
+    shutil.copy(ROOT / "tests" / "micro_params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    config = resolve_cell(load_params(), CELL)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / f"{CELL}.json").write_text(config.to_json())
+    (tmp_path / "prepared").mkdir()  # meta.json of a tiny validation split, no token files
+    splits = {"train": {"tokens": 10**6}, "val": {"tokens": config.model.context}}
+    (tmp_path / "prepared" / "meta.json").write_text(json.dumps({"splits": splits}))
+    monkeypatch.setattr("sys.argv", ["train.py", CELL])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
+    assert str(exit_.value.code).startswith(
+        f"error: model.context is {config.model.context}, but the val split has only")
+    assert "data.val_fraction" in str(exit_.value.code)
+    assert not (tmp_path / "dvclive").exists()  # stopped before training began
+
+
+# --- missing corpus, full disk ---------------------------------------------------------
+
+def test_missing_corpus_stops_prepare_with_what_to_do(tmp_path, monkeypatch):
+    shutil.copy(ROOT / "tests" / "micro_params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["prepare.py"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "stages" / "prepare.py"), run_name="__main__")
+    assert str(exit_.value.code).startswith("error: data/: corpus directory not found. Run "
+                                            "`make repro`")
+    assert not (tmp_path / "prepared").exists()
+
+
+def test_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    path = tmp_path / "metrics" / "m.json"
+    write_json(path, {"ok": 1})
+
+    def no_space(fd: int) -> None:  # what a full disk does: an OSError naming no file
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(SystemExit) as exit_:
+        run(lambda: write_json(path, {"ok": 2}))
+    message = str(exit_.value.code)
+    assert message.startswith(f"error: {path}: {os.strerror(errno.ENOSPC)}. Free disk space, "
+                              "then rerun `dvc repro`")
+    assert json.loads(path.read_text()) == {"ok": 1}  # the complete old file, untouched
+    assert not temp_path(path).exists()  # and no partial file left to fill the disk
+
+
+# --- end to end: the real dvc repro on a micro copy -------------------------------------
+
+def micro_repo(tmp_path: Path, **train) -> Path:
+    """A micro copy of the repository with some train: params replaced."""
+    repo = copy_repo(tmp_path)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["train"].update(train)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return repo
+
+
+def outputs(repo: Path) -> dict:
+    """What a train run leaves: metrics less timings, weights, the DVCLive files."""
+    metrics = json.loads((repo / "metrics" / "train" / f"{CELL}.json").read_text())
+    live = repo / "dvclive" / CELL
+    return {
+        "metrics": {k: v for k, v in metrics.items() if k not in TIMINGS},
+        "weights": torch.load(repo / "models" / f"{CELL}.pt", weights_only=True)["model"],
+        "dvclive": {str(p.relative_to(live)): p.read_bytes()
+                    for p in sorted(live.rglob("*")) if p.is_file()},
+    }
+
+
+def test_sigkill_then_repro_resumes_to_the_same_result(tmp_path):
+    repo = micro_repo(tmp_path, steps=200, checkpoint_every=20)
+    sh(["dvc", "repro", "configure", "prepare"], repo)  # so the kill lands in training
+    stage = ["dvc", "repro", f"train@{CELL}"]
+    job = subprocess.Popen(stage, cwd=repo, env=sh_env(), start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    resume = repo / "checkpoints" / CELL / "last.pt"
+    deadline = time.monotonic() + 120
+    while not resume.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(job.pid, signal.SIGKILL)  # dvc and the stage, as a job scheduler would
+    assert job.wait() == -signal.SIGKILL, "the stage ended before it could be killed"
+
+    # Killed midway: a resume checkpoint, no output, nothing recorded by DVC as done.
+    assert resume.is_file()
+    assert not (repo / "models" / f"{CELL}.pt").exists()
+    assert not (repo / "metrics" / "train" / f"{CELL}.json").exists()
+    lock = repo / "dvc.lock"
+    assert not lock.exists() or f"train@{CELL}" not in lock.read_text()
+
+    out = sh(stage, repo).stdout
+    step = int(re.search(rf"train {CELL}: resuming from step (\d+)", out).group(1))
+    assert 20 <= step < 200 and step % 20 == 0
+    assert not resume.exists()
+    resumed = outputs(repo)
+
+    out = sh(["dvc", "repro", "-f", "-s", f"train@{CELL}"], repo).stdout  # uninterrupted
+    assert "resuming" not in out
+    fresh = outputs(repo)
+    assert resumed["metrics"] == fresh["metrics"]  # final_loss included, bit for bit
+    assert_same_weights(resumed["weights"], fresh["weights"])
+    assert resumed["dvclive"] == fresh["dvclive"]  # the replayed log included
+
+
+def test_same_params_and_seed_give_identical_metrics(tmp_path):
+    repo = micro_repo(tmp_path)
+    target = f"diagnose@{CELL}"
+    sh(["dvc", "repro", target], repo)
+    first = outputs(repo)
+    diagnose = (repo / "metrics" / "diagnose" / f"{CELL}.json").read_bytes()
+    out = sh(["dvc", "repro", "-f", target], repo).stdout  # prepare, train, diagnose again
+    assert "Running stage 'prepare'" in out and f"Running stage 'train@{CELL}'" in out
+    second = outputs(repo)
+    assert (repo / "metrics" / "diagnose" / f"{CELL}.json").read_bytes() == diagnose
+    assert first["metrics"] == second["metrics"]
+    assert_same_weights(first["weights"], second["weights"])
+
+
+def test_nan_loss_stops_training_and_saves_nothing(tmp_path):
+    repo = micro_repo(tmp_path, lr=1.0e6, grad_clip=1.0e6, warmup_steps=0)
+    result = sh(["dvc", "repro", f"train@{CELL}"], repo, check=False)
+    assert result.returncode != 0
+    assert re.search(rf"error: cell '{CELL}': loss is (nan|inf) at step \d+ \(lr [0-9.e+]+\); "
+                     "lower train.lr", result.stdout + result.stderr)
+    assert not (repo / "models" / f"{CELL}.pt").exists()
+    assert not (repo / "metrics" / "train" / f"{CELL}.json").exists()
