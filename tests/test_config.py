@@ -132,3 +132,23 @@ def test_cell_config_round_trips():
     from loopscope.config import CellConfig
     cell = resolve_cell(parse_params(BASE), "perloop_raw")
     assert CellConfig.from_json(cell.to_json()) == cell
+
+
+@pytest.mark.parametrize("seeds", [[1, 1], [-1], ["a"], 3, [True]])
+def test_bad_seeds_are_named(seeds):
+    raw = copy.deepcopy(BASE)
+    raw["seeds"] = seeds
+    with pytest.raises(ParamsError, match=r"'seeds' is .*distinct integers >= 0"):
+        parse_params(raw)
+
+
+def test_seeds_multiply_every_cell():
+    raw = copy.deepcopy(BASE)
+    raw["seeds"] = [7, 8, 9]
+    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    assert cell.seeds == [7, 8, 9] and cell.train.seed == 7
+    runs = [cell.for_seed(s) for s in cell.seeds]
+    assert [r.train.seed for r in runs] == [7, 8, 9]
+    assert all(r.model == cell.model and r.seeds == [r.train.seed] for r in runs)
+    # without a seeds list, a cell trains once, with train.seed
+    assert resolve_cell(parse_params(BASE), "perloop_raw").seeds == [BASE["train"]["seed"]]

@@ -52,9 +52,17 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
+SEEDS = [42, 43]
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    return copy_repo(tmp_path_factory.mktemp("pipeline"))
+    """The micro pipeline with two seeds, so every cell trains twice."""
+    repo = copy_repo(tmp_path_factory.mktemp("pipeline"))
+    with open(repo / "params.yaml", "a") as f:
+        f.write(f"seeds: {SEEDS}\n")
+    sh(["git", "commit", "-qam", "two seeds"], repo)
+    return repo
 
 
 def test_repro_writes_report_and_finite_metrics(repo):
@@ -68,8 +76,16 @@ def test_repro_writes_report_and_finite_metrics(repo):
         values = [v for group in metrics.values() if isinstance(group, dict)
                   for v in group.values()]
         assert values and all(math.isfinite(v) for v in values)
-        assert (repo / "models" / f"{cell}.pt").is_file()
-        assert (repo / "dvclive" / cell / "metrics.json").is_file()
+        assert metrics["seeds"] == len(SEEDS)
+        for seed in SEEDS:
+            assert (repo / "models" / cell / f"seed{seed}.pt").is_file()
+            assert (repo / "dvclive" / cell / f"seed{seed}" / "metrics.json").is_file()
+            assert (repo / "extracts" / cell / f"seed{seed}" / "states.npy").is_file()
+        train = json.loads((repo / "metrics" / "train" / f"{cell}.json").read_text())
+        assert sorted(train["runs"]) == [f"seed{s}" for s in SEEDS]
+        # two seeds, two different models
+        losses = [run["final_loss"] for run in train["runs"].values()]
+        assert losses[0] != losses[1]
     # resume checkpoints are deleted once their cell is done
     assert not [p for p in (repo / "checkpoints").rglob("*") if p.is_file()]
     shown = sh(["dvc", "metrics", "show", "--json"], repo).stdout
@@ -85,7 +101,7 @@ def test_second_repro_runs_nothing(repo):
 def test_one_cell_change_reruns_that_cell_only(repo):
     params = (repo / "params.yaml").read_text()
     changed = params.replace("  perloop_raw:\n    train:\n      loss: per_loop\n",
-                             "  perloop_raw:\n    train:\n      loss: per_loop\n      seed: 7\n")
+                             "  perloop_raw:\n    train:\n      loss: per_loop\n      lr: 0.002\n")
     assert changed != params
     (repo / "params.yaml").write_text(changed)
     out = sh(["dvc", "repro"], repo).stdout
@@ -109,5 +125,5 @@ def test_bad_params_fail_before_training(tmp_path, key, value, message):
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert time.perf_counter() - start < 60
-    assert not (repo / "models").exists() or not any((repo / "models").glob("*.pt"))
+    assert not (repo / "models").exists() or not any((repo / "models").rglob("*.pt"))
     assert "Running stage 'train@" not in result.stdout

@@ -36,6 +36,7 @@ from loopscope.train import (
 
 CELL = "perloop_raw"  # the cell the end-to-end tests train
 TIMINGS = ("train_seconds", "tokens_per_second")  # legitimately differ between runs
+MODEL = "{repo}/models/perloop_raw/seed42.pt"  # its trained model (the default seed)
 
 
 class Killed(Exception):
@@ -218,10 +219,12 @@ def micro_repo(tmp_path: Path, **train) -> Path:
 def outputs(repo: Path) -> dict:
     """What a train run leaves: metrics less timings, weights, the DVCLive files."""
     metrics = json.loads((repo / "metrics" / "train" / f"{CELL}.json").read_text())
-    live = repo / "dvclive" / CELL
+    metrics["runs"] = {tag: {k: v for k, v in run.items() if k not in TIMINGS}
+                       for tag, run in metrics["runs"].items()}
+    live = repo / "dvclive" / CELL / "seed42"
     return {
         "metrics": {k: v for k, v in metrics.items() if k not in TIMINGS},
-        "weights": torch.load(repo / "models" / f"{CELL}.pt", weights_only=True)["model"],
+        "weights": torch.load(MODEL.format(repo=repo), weights_only=True)["model"],
         "dvclive": {str(p.relative_to(live)): p.read_bytes()
                     for p in sorted(live.rglob("*")) if p.is_file()},
     }
@@ -233,7 +236,7 @@ def test_sigkill_then_repro_resumes_to_the_same_result(tmp_path):
     stage = ["dvc", "repro", f"train@{CELL}"]
     job = subprocess.Popen(stage, cwd=repo, env=sh_env(), start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    resume = repo / "checkpoints" / CELL / "last.pt"
+    resume = repo / "checkpoints" / CELL / "seed42" / "last.pt"
     deadline = time.monotonic() + 120
     while not resume.exists() and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -242,7 +245,7 @@ def test_sigkill_then_repro_resumes_to_the_same_result(tmp_path):
 
     # Killed midway: a resume checkpoint, no output, nothing recorded by DVC as done.
     assert resume.is_file()
-    assert not (repo / "models" / f"{CELL}.pt").exists()
+    assert not Path(MODEL.format(repo=repo)).exists()
     assert not (repo / "metrics" / "train" / f"{CELL}.json").exists()
     lock = repo / "dvc.lock"
     assert not lock.exists() or f"train@{CELL}" not in lock.read_text()
@@ -281,5 +284,5 @@ def test_nan_loss_stops_training_and_saves_nothing(tmp_path):
     assert result.returncode != 0
     assert re.search(rf"error: cell '{CELL}': loss is (nan|inf) at step \d+ \(lr [0-9.e+]+\); "
                      "lower train.lr", result.stdout + result.stderr)
-    assert not (repo / "models" / f"{CELL}.pt").exists()
+    assert not Path(MODEL.format(repo=repo)).exists()
     assert not (repo / "metrics" / "train" / f"{CELL}.json").exists()

@@ -126,6 +126,19 @@ class Params:
     diagnose: DiagnoseConfig
     report: ReportConfig
     cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)  # empty: each cell trains with train.seed
+
+
+def _seeds(raw: Any) -> list[int]:
+    """The optional top-level `seeds` list: every cell trains once per seed."""
+    if raw is None:
+        return []
+    if (not isinstance(raw, list)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in raw)
+            or len(set(raw)) != len(raw)):
+        raise ParamsError(f"'seeds' is {raw!r}; it must be a list of distinct integers >= 0 "
+                          "(or left out: each cell then trains once with train.seed).")
+    return list(raw)
 
 
 def _unknown(path: str, key: str, known: list[str]) -> ParamsError:
@@ -223,7 +236,7 @@ def parse_params(raw: Any) -> Params:
     """Validate a params mapping (as read from params.yaml) and every cell in it."""
     if not isinstance(raw, dict):
         raise ParamsError("params.yaml must be a mapping of sections.")
-    known = list(SECTIONS) + ["cells"]
+    known = list(SECTIONS) + ["cells", "seeds"]
     for key in raw:
         if key not in known:
             raise _unknown("", str(key), known)
@@ -235,7 +248,7 @@ def parse_params(raw: Any) -> Params:
     cells = raw.get("cells")
     if not isinstance(cells, dict) or not cells:
         raise ParamsError("'cells' must map at least one cell name to its overrides.")
-    params = Params(**built, cells={})
+    params = Params(**built, cells={}, seeds=_seeds(raw.get("seeds")))
     for name, overrides in cells.items():
         if not isinstance(name, str) or not CELL_NAME.match(name):
             raise ParamsError(
@@ -270,11 +283,25 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 @dataclass
 class CellConfig:
-    """Everything one cell's training needs, fully resolved."""
+    """Everything one cell's training needs, fully resolved.
+
+    seeds: the training runs of this cell, one per seed (train.seed is the first); a
+    run's own config is for_seed(seed).
+    """
 
     cell: str
     model: ModelConfig
     train: TrainConfig
+    seeds: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            self.seeds = [self.train.seed]
+
+    def for_seed(self, seed: int) -> CellConfig:
+        """The config of this cell's training run with the given seed."""
+        return CellConfig(cell=self.cell, model=self.model,
+                          train=dataclasses.replace(self.train, seed=seed), seeds=[seed])
 
     def to_json(self) -> str:
         """Content-stable bytes: same config, same file, so DVC sees no change."""
@@ -284,7 +311,7 @@ class CellConfig:
     def from_json(cls, text: str) -> CellConfig:
         raw = json.loads(text)
         return cls(cell=raw["cell"], model=ModelConfig(**raw["model"]),
-                   train=TrainConfig(**raw["train"]))
+                   train=TrainConfig(**raw["train"]), seeds=raw.get("seeds", []))
 
 
 def resolve_cell(params: Params, name: str) -> CellConfig:
@@ -308,7 +335,9 @@ def resolve_cell(params: Params, name: str) -> CellConfig:
             sections[section] = _build(section, SECTIONS[section], {**base, **extra})
         except ParamsError as err:
             raise ParamsError(f"in cell '{name}': {err}") from None
-    return CellConfig(cell=name, **sections)
+    if params.seeds:
+        sections["train"] = dataclasses.replace(sections["train"], seed=params.seeds[0])
+    return CellConfig(cell=name, **sections, seeds=list(params.seeds))
 
 
 def load_cell(path: str | Path) -> CellConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +35,38 @@ def run(main: Callable[[], None]) -> None:
         sys.exit(f"error: {where.rstrip('.')}. {todo}, then rerun `dvc repro`.")
 
 
-def trained_cell(name: str, val_sequences: int) -> tuple[LoopedLM, CellConfig, Tensor, Tensor]:
-    """A trained cell ready to measure: model (eval mode), its config, and the first
-    val_sequences validation windows (inputs, targets), the same for every cell.
+def seed_tag(seed: int) -> str:
+    """The name of one training run of a cell: models/<cell>/<tag>.pt and so on."""
+    return f"seed{seed}"
 
-    Seeds torch with the cell's seed so a noise initial state draws the same noise in
-    every stage that reads the model.
+
+def trained_runs(name: str, val_sequences: int
+                 ) -> Iterator[tuple[str, LoopedLM, CellConfig, Tensor, Tensor]]:
+    """Each trained run of a cell, ready to measure: (tag, model in eval mode, the run's
+    config, inputs, targets), the targets being the first val_sequences validation
+    windows, the same for every cell and seed.
+
+    Seeds torch with the run's seed before yielding, so a noise initial state draws the
+    same noise in every stage that reads the model.
     """
-    model, cell = load_checkpoint(Path("models") / f"{name}.pt")
-    torch.manual_seed(cell.train.seed)
-    torch.set_num_threads(cell.train.threads)
+    paths = sorted(Path("models", name).glob("seed*.pt"), key=lambda p: int(p.stem[4:]))
+    if not paths:
+        raise CheckpointError(f"models/{name}/: no trained runs; run `dvc repro train@{name}`.")
     tokens = torch.from_numpy(load_tokens(Path("prepared"), "val"))
-    x, y = val_windows(tokens, cell.model.context, val_sequences)
-    return model, cell, x, y
+    for path in paths:
+        model, cell = load_checkpoint(path)
+        torch.manual_seed(cell.train.seed)
+        torch.set_num_threads(cell.train.threads)
+        x, y = val_windows(tokens, cell.model.context, val_sequences)
+        yield path.stem, model, cell, x, y
+
+
+def mean_over_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Average metrics dicts of the same shape (one per seed), leaf by leaf."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {key: mean_over_runs([r[key] for r in runs]) for key in first}
+    return sum(runs) / len(runs)
 
 
 def write_json(path: str | Path, obj: Any) -> None:
