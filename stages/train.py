@@ -1,7 +1,7 @@
 """Stage train@<cell>: train one cell, once per seed, into models/<cell>/seed<N>.pt.
 
-Logs go to DVCLive (dvclive/<cell>/seed<N>/); metrics/train/<cell>.json summarizes the
-runs. While a run trains, a resume checkpoint is kept in
+Logs go to DVCLive (dvclive/<cell>/, each run's metrics under seed<N>/);
+metrics/train/<cell>.json summarizes the runs. While a run trains, a resume checkpoint is kept in
 checkpoints/<cell>/seed<N>/last.pt. It is not a DVC output (DVC deletes outputs before
 rerunning a stage), so after a kill `dvc repro` continues from it; it is deleted once
 the run's outputs are in place.
@@ -20,6 +20,28 @@ from loopscope.stage import run, seed_tag, write_json
 from loopscope.train import discard_resume, save_checkpoint, train_cell
 
 
+class RunLog:
+    """A cell's DVCLive as one run sees it: every metric filed under the run's tag, so
+    the seeds of a cell share one log (dvclive/<cell>/plots/metrics/seed42/train/loss)."""
+
+    def __init__(self, live: Live, tag: str) -> None:
+        self.live, self.tag = live, tag
+
+    @property
+    def step(self) -> int:
+        return self.live.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.live.step = value
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.live.log_metric(f"{self.tag}/{name}", value)
+
+    def next_step(self) -> None:
+        self.live.next_step()
+
+
 def main() -> None:
     name = sys.argv[1]
     load_params()  # fail on a bad params.yaml before anything else
@@ -28,16 +50,16 @@ def main() -> None:
     check_context(load_meta(prepared), cell.model.context)  # before any step, not in diagnose
     tokens = torch.from_numpy(load_tokens(prepared, "train"))
     runs = {}
-    for seed in cell.seeds:
-        tag = seed_tag(seed)
-        run_cell = cell.for_seed(seed)
-        resume = Path("checkpoints") / name / tag / "last.pt"
-        with Live(dir=f"dvclive/{name}/{tag}", dvcyaml=None, save_dvc_exp=False) as live:
-            model, summary = train_cell(run_cell, tokens, live, resume)
-        save_checkpoint(Path("models") / name / f"{tag}.pt", model, run_cell,
-                        {"summary": summary})
-        runs[tag] = {k: v for k, v in summary.items() if k != "config"}
-        discard_resume(resume)
+    with Live(dir=f"dvclive/{name}", dvcyaml=None, save_dvc_exp=False) as live:
+        for seed in cell.seeds:
+            tag = seed_tag(seed)
+            run_cell = cell.for_seed(seed)
+            resume = Path("checkpoints") / name / tag / "last.pt"
+            model, summary = train_cell(run_cell, tokens, RunLog(live, tag), resume)
+            save_checkpoint(Path("models") / name / f"{tag}.pt", model, run_cell,
+                            {"summary": summary})
+            runs[tag] = {k: v for k, v in summary.items() if k != "config"}
+            discard_resume(resume)
     write_json(Path("metrics/train") / f"{name}.json", {
         "final_loss": mean(r["final_loss"] for r in runs.values()),
         "train_seconds": round(sum(r["train_seconds"] for r in runs.values()), 2),

@@ -79,7 +79,8 @@ def test_repro_writes_report_and_finite_metrics(repo):
         assert metrics["seeds"] == len(SEEDS)
         for seed in SEEDS:
             assert (repo / "models" / cell / f"seed{seed}.pt").is_file()
-            assert (repo / "dvclive" / cell / f"seed{seed}" / "metrics.json").is_file()
+            assert (repo / "dvclive" / cell / "plots" / "metrics" / f"seed{seed}" / "train"
+                    / "loss.tsv").is_file()
             assert (repo / "extracts" / cell / f"seed{seed}" / "states.npy").is_file()
         train = json.loads((repo / "metrics" / "train" / f"{cell}.json").read_text())
         assert sorted(train["runs"]) == [f"seed{s}" for s in SEEDS]

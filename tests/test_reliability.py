@@ -221,7 +221,7 @@ def outputs(repo: Path) -> dict:
     metrics = json.loads((repo / "metrics" / "train" / f"{CELL}.json").read_text())
     metrics["runs"] = {tag: {k: v for k, v in run.items() if k not in TIMINGS}
                        for tag, run in metrics["runs"].items()}
-    live = repo / "dvclive" / CELL / "seed42"
+    live = repo / "dvclive" / CELL
     return {
         "metrics": {k: v for k, v in metrics.items() if k not in TIMINGS},
         "weights": torch.load(MODEL.format(repo=repo), weights_only=True)["model"],
