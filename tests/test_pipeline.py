@@ -35,7 +35,9 @@ def copy_repo(dest: Path) -> Path:
     """The project's files (as git sees them) with micro params and a small corpus."""
     files = sh(["git", "ls-files", "--cached", "--others", "--exclude-standard"], ROOT).stdout
     for rel in files.split():
-        if rel.startswith(("data/", "tests/")) or rel in ("data.dvc", "dvc.lock"):
+        # not the corpus, tests, or the committed results of the default run
+        if rel.startswith(("data/", "tests/", "metrics/", "dvclive/", "reports/html/")) \
+                or rel in ("data.dvc", "dvc.lock"):
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest / rel)

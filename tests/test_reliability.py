@@ -121,12 +121,16 @@ def test_damaged_resume_checkpoint_is_ignored_with_a_note(tmp_path, capsys):
 
 
 def test_discard_resume_removes_file_temp_and_folder(tmp_path):
-    path = tmp_path / "checkpoints" / "tiny" / "last.pt"
+    path = tmp_path / "checkpoints" / "tiny" / "seed42" / "last.pt"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"x")
     temp_path(path).write_bytes(b"partial")  # a kill during a checkpoint write
+    other = tmp_path / "checkpoints" / "other" / "seed42" / "last.pt"
+    other.parent.mkdir(parents=True)
+    other.write_bytes(b"y")
     discard_resume(path)
-    assert not path.parent.exists()
+    assert not (tmp_path / "checkpoints" / "tiny").exists()
+    assert other.is_file()  # another cell's run is untouched
     discard_resume(path)  # nothing left: no error
 
 
@@ -134,14 +138,14 @@ def test_discard_resume_removes_file_temp_and_folder(tmp_path):
 
 def test_altered_weights_in_a_checkpoint_are_detected(tmp_path):
     model, _ = train_cell(cell(steps=3), corpus())
-    path = tmp_path / "tiny.pt"
+    path = tmp_path / "models" / "tiny" / "seed42.pt"  # models/<cell>/seed<N>.pt
     save_checkpoint(path, model, cell(steps=3), {})
     raw = bytearray(path.read_bytes())
     at = raw.find(model.state_dict()["embed.weight"].numpy().tobytes()[:64])
     assert at > 0
     raw[at + 3] ^= 0x01  # one bit of one weight: torch.load alone would not notice
     path.write_bytes(bytes(raw))
-    with pytest.raises(CheckpointError, match=r"tiny.pt: checksum does not match its "
+    with pytest.raises(CheckpointError, match=r"seed42.pt: checksum does not match its "
                        r"contents .*`dvc repro -f train@tiny`"):
         load_checkpoint(path)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import nbformat
 import papermill as pm
+from jupyter_client.manager import KernelManager
 from nbconvert import HTMLExporter
 
 from loopscope.data import atomic_write_bytes
@@ -26,9 +27,17 @@ def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s
     os.environ.pop("MPLBACKEND", None)
     with tempfile.TemporaryDirectory() as tmp:
         executed = Path(tmp) / template.name
+
+        class LocalKernel(KernelManager):
+            """The kernel talks over IPC sockets in our temporary folder: no TCP ports
+            opened, and no 'running over TCP without encryption' warning."""
+
+            def __init__(self, **kwargs: Any) -> None:
+                super().__init__(transport="ipc", ip=str(Path(tmp) / "kernel"), **kwargs)
+
         pm.execute_notebook(str(template), str(executed), parameters=parameters,
                             kernel_name="python3", cwd=os.getcwd(), progress_bar=False,
-                            execution_timeout=timeout_s)
+                            execution_timeout=timeout_s, kernel_manager_class=LocalKernel)
         nb = nbformat.read(executed, as_version=4)
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True)

@@ -130,10 +130,11 @@ def save_checkpoint(path: Path, model: LoopedLM, cell: CellConfig, extra: dict[s
 
 
 def load_checkpoint(path: Path) -> tuple[LoopedLM, CellConfig]:
-    """Rebuild the trained model from a checkpoint written by save_checkpoint."""
+    """Rebuild the trained model from a checkpoint written by save_checkpoint, at
+    models/<cell>/seed<N>.pt."""
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found; run `dvc repro` to train it.")
-    rerun = f"rerun its train stage with `dvc repro -f train@{path.stem}`"
+    rerun = f"rerun its train stage with `dvc repro -f train@{path.parent.name}`"
     try:
         state = _read_payload(path)
         cell = CellConfig.from_json(state["cell"])
@@ -184,11 +185,13 @@ def load_resume(path: Path, cell: CellConfig, fingerprint: str) -> dict[str, Any
 
 
 def discard_resume(path: Path) -> None:
-    """Delete a resume checkpoint (and its folder, if empty) once the outputs are in place."""
+    """Delete a resume checkpoint (and its run and cell folders, if empty) once the
+    outputs are in place."""
     path.unlink(missing_ok=True)
     temp_path(path).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        path.parent.rmdir()
+    for folder in (path.parent, path.parent.parent):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _log(live: Any, row: dict[str, float]) -> None:
