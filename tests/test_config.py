@@ -150,5 +150,10 @@ def test_seeds_multiply_every_cell():
     runs = [cell.for_seed(s) for s in cell.seeds]
     assert [r.train.seed for r in runs] == [7, 8, 9]
     assert all(r.model == cell.model and r.seeds == [r.train.seed] for r in runs)
+    # a cell's own seed would be silently ignored: an error instead
+    raw["cells"]["perloop_raw"]["train"]["seed"] = 5
+    with pytest.raises(ParamsError, match=r"'cells.perloop_raw.train.seed' has no effect "
+                                          r"while the top-level 'seeds' list is set"):
+        parse_params(raw)
     # without a seeds list, a cell trains once, with train.seed
     assert resolve_cell(parse_params(BASE), "perloop_raw").seeds == [BASE["train"]["seed"]]

@@ -336,6 +336,9 @@ def resolve_cell(params: Params, name: str) -> CellConfig:
         except ParamsError as err:
             raise ParamsError(f"in cell '{name}': {err}") from None
     if params.seeds:
+        if "seed" in (overrides.get("train") or {}):
+            raise ParamsError(f"'cells.{name}.train.seed' has no effect while the top-level "
+                              f"'seeds' list is set ({params.seeds}); remove one of them.")
         sections["train"] = dataclasses.replace(sections["train"], seed=params.seeds[0])
     return CellConfig(cell=name, **sections, seeds=list(params.seeds))
 
