@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from loopscope.data import DataError
+from loopscope.data import DataError, atomic_write_bytes
 from loopscope.model import LoopedLM
 from loopscope.train import loop_ce
 
@@ -74,6 +74,7 @@ def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size:
     tmp = out / ".states.npy.tmp"
     states = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
                                        shape=(cfg.loops + 1, n * t, cfg.d_model))
+    norms = np.empty((cfg.loops, n * t), dtype=np.float32)  # from each batch, not a reread
     for i in range(0, n, batch_size):
         xb = x[i:i + batch_size]
         rows = slice(i * t, (i + len(xb)) * t)
@@ -81,8 +82,8 @@ def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size:
         states[0, rows] = out_b.initial.flatten(0, 1).numpy()
         for k, h in enumerate(out_b.states, 1):
             states[k, rows] = h.flatten(0, 1).numpy()
+            norms[k - 1, rows] = h.norm(dim=-1).flatten().numpy()
     states.flush()
-    norms = np.linalg.norm(states[1:], axis=-1)  # (loops, tokens)
     seq = np.repeat(np.arange(n), t)
     pos = np.tile(np.arange(t), n)
     table = pd.DataFrame({
@@ -91,7 +92,7 @@ def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size:
         "token_id": np.tile(x.flatten().numpy(), cfg.loops).astype(np.int32),
         "target_id": np.tile(y.flatten().numpy(), cfg.loops).astype(np.int32),
         "loop": np.repeat(np.arange(1, cfg.loops + 1), n * t).astype(np.int16),
-        "norm": norms.flatten().astype(np.float32),
+        "norm": norms.flatten(),
     })
     meta = {"cell": cell, "loops": cfg.loops, "context": t, "sequences": n,
             "d_model": cfg.d_model, "tokens": n * t}
@@ -100,7 +101,7 @@ def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size:
     table.to_parquet(tmp_table, index=False)
     tmp.replace(out / "states.npy")
     tmp_table.replace(out / "tokens.parquet")
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write_bytes(out / "meta.json", (json.dumps(meta, indent=2) + "\n").encode())
     return load_extract(out)
 
 
