@@ -62,7 +62,7 @@ def test_shipped_params_are_valid():
     ("model.n_heads", 0, r"'model.n_heads' is 0; it must be >= 1"),
     ("model.n_prelude", -1, r"'model.n_prelude' is -1; it must be >= 0"),
     ("model.dropout", 1.0, r"'model.dropout' is 1.0; it must be in \[0, 1\)"),
-    ("tokenizer.kind", "wordpiece", r"'tokenizer.kind' is 'wordpiece'; allowed values: bpe"),
+    ("tokenizer.kind", "wordpiece", r"'tokenizer.kind' is 'wordpiece'; allowed values: bpe, word"),
     ("tokenizer.vocab_size", 2_000_000, r"'tokenizer.vocab_size' is 2000000; it must be at "
      r"least 260 .* and at most 1000000"),
     ("data.val_fraction", 0, r"'data.val_fraction' is 0.0; it must be between 0 and 0.5"),
@@ -72,6 +72,23 @@ def test_shipped_params_are_valid():
     ("train.chekpoint_every", 10,
      r"unknown key 'train.chekpoint_every'. Did you mean 'checkpoint_every'\?"),
     ("model", 3, r"'model' must be a mapping of keys to values, got 3"),
+    ("train.warmup_steps", 900, r"'train.warmup_steps' is 900; it must be at most train.steps"),
+    ("train.epochs", 4, r"'train.steps' is 500; it must be 0 when train.epochs is set"),
+    ("train.steps", 0, r"'train.steps' is 0; it must be >= 1 \(or 0 with train.epochs > 0\)"),
+    ("train.depth", "random", r"'train.depth' is 'random'; allowed values: fixed, lognormal"),
+    ("train.depth_sigma", 0, r"'train.depth_sigma' is 0.0; it must be > 0"),
+    ("train.backprop_loops", -1, r"'train.backprop_loops' is -1; it must be >= 0"),
+    ("train.device", "tpu", r"'train.device' is 'tpu'; allowed values: auto, cpu, cuda"),
+    ("train.precision", "fp16", r"'train.precision' is 'fp16'; allowed values: auto, fp32, bf16"),
+    ("train.compile", "yes", r"'train.compile' must be a bool"),
+    ("train.processes", 3, r"'train.batch_size' is 16; it must be divisible by "
+     r"train.processes \(3\): it is the global batch"),
+    ("train.stride", 0, r"'train.stride' is 0; it must be >= 1"),
+    ("train.stride", 129, r"in cell '\w+': 'train.stride' is 129; it must be at most "
+     r"model.context \(128\)"),
+    ("data.hub_config", "x", r"'data.hub' is ''; it must be set when data.hub_config is set"),
+    ("data.hub_documents", -1, r"'data.hub_documents' is -1; it must be >= 0"),
+    ("tokenizer.min_frequency", -2, r"'tokenizer.min_frequency' is -2; it must be >= 0"),
     ("cells", {}, r"'cells' must map at least one cell name to its overrides"),
     ("cells.perloop_raw", 3, r"'cells.perloop_raw' must be a mapping, got 3"),
     ("cells.perloop_raw.train.lr", -1,
@@ -109,10 +126,10 @@ def test_load_params_names_the_file(tmp_path):
 
 
 def test_cell_overrides_and_inheritance():
-    params = parse_params(with_("cells.perloop_raw.train.steps", 7))
+    params = parse_params(with_("cells.perloop_raw.train.steps", 70))
     raw = resolve_cell(params, "perloop_raw")
     normed = resolve_cell(params, "perloop_normed")
-    assert raw.model.readout == "raw" and raw.train.steps == 7
+    assert raw.model.readout == "raw" and raw.train.steps == 70
     assert normed.train.steps == BASE["train"]["steps"]
     assert raw.model.vocab_size == BASE["tokenizer"]["vocab_size"]
 
@@ -157,3 +174,17 @@ def test_seeds_multiply_every_cell():
         parse_params(raw)
     # without a seeds list, a cell trains once, with train.seed
     assert resolve_cell(parse_params(BASE), "perloop_raw").seeds == [BASE["train"]["seed"]]
+
+
+def test_lognormal_depth_needs_a_mean_of_two_loops():
+    raw = with_("cells.perloop_raw.train.depth", "lognormal")
+    raw = with_("cells.perloop_raw.model.loops", 1, raw)
+    with pytest.raises(ParamsError, match=r"in cell 'perloop_raw': 'model.loops' is 1; with "
+                       r"train.depth 'lognormal' it is the mean sampled depth and must be >= 2"):
+        parse_params(raw)
+
+
+def test_epochs_replace_steps():
+    raw = with_("train.epochs", 2.5, with_("train.steps", 0))
+    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    assert cell.train.epochs == 2.5 and cell.train.steps == 0

@@ -35,15 +35,20 @@ class DataConfig:
     """Where the raw corpus lives and how it is split."""
 
     dir: str = "data"
-    val_fraction: float = 0.1
+    val_fraction: float = 0.1  # held-out tail of every document (no validation.txt)
+    hub: str = ""  # a HF hub dataset fetched into dir (empty: the embedded corpus)
+    hub_config: str = ""  # the hub dataset's configuration, if it has several
+    text_field: str = "text"  # the hub dataset's text column
+    hub_documents: int = 0  # first N documents of each split (0: the whole split)
 
 
 @dataclass
 class TokenizerConfig:
     """The tokenizer trained by the prepare stage."""
 
-    kind: str = "bpe"
+    kind: str = "bpe"  # bpe: byte-level BPE | word: paper A's word-level regex tokenizer
     vocab_size: int = 2048
+    min_frequency: int = 0  # rarer pieces are not learned (word: they become <unk>)
 
 
 @dataclass
@@ -52,7 +57,12 @@ class TrainConfig:
 
     loss: str = "per_loop"  # loss placement: final (last loop only) | per_loop
     norm_penalty: float = 0.0  # lambda * mean over loops of mean(H_k^2)
-    steps: int = 600
+    depth: str = "fixed"  # fixed: model.loops every step | lognormal: paper B's sampled depth
+    depth_sigma: float = 0.5  # sigma of the log-normal rate (depth: lognormal)
+    backprop_loops: int = 0  # gradients through the last N loops only (0: all loops)
+    steps: int = 600  # optimizer steps (0: derived from epochs)
+    epochs: float = 0.0  # passes over the training windows (0: use steps)
+    stride: int = 1  # training windows start at multiples of this (1: anywhere)
     batch_size: int = 16
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
@@ -61,6 +71,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 42
     threads: int = 2
+    device: str = "auto"  # auto (cuda if present) | cpu | cuda
+    precision: str = "auto"  # auto (bf16 autocast on cuda, fp32 on cpu) | fp32 | bf16
+    compile: bool = False  # torch.compile the model (cuda)
+    processes: int = 1  # data-parallel processes (torchrun + DDP); batch_size is global
     log_every: int = 10
     checkpoint_every: int = 50  # steps between resume checkpoints (checkpoints/<cell>/)
 
@@ -101,12 +115,15 @@ SECTIONS: dict[str, type] = {
 
 # Enumerated options: key path -> allowed values.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "tokenizer.kind": ("bpe",),
+    "tokenizer.kind": ("bpe", "word"),
     "model.readout": ("normed", "raw", "final_norm"),
     "model.block": ("prenorm", "sandwich"),
     "model.inject": ("none", "add", "concat_adapter"),
     "model.state_init": ("embed", "noise"),
     "train.loss": ("final", "per_loop"),
+    "train.depth": ("fixed", "lognormal"),
+    "train.device": ("auto", "cpu", "cuda"),
+    "train.precision": ("auto", "fp32", "bf16"),
 }
 
 # Sections a cell may override.
@@ -202,9 +219,16 @@ def _check_ranges(section: str, obj: Any) -> None:
 
     if isinstance(obj, DataConfig):
         req("val_fraction", 0.0 < obj.val_fraction < 0.5, "between 0 and 0.5 (exclusive)")
+        req("hub_documents", obj.hub_documents >= 0, ">= 0 (0: the whole split)")
+        req("text_field", bool(obj.text_field), "a column name")
+        if obj.hub_config:
+            req("hub", bool(obj.hub), "set when data.hub_config is set")
     elif isinstance(obj, TokenizerConfig):
-        req("vocab_size", 260 <= obj.vocab_size <= 1_000_000,
-            "at least 260 (256 bytes plus specials) and at most 1000000")
+        low = 260 if obj.kind == "bpe" else 8
+        req("vocab_size", low <= obj.vocab_size <= 1_000_000,
+            f"at least {low} ({'256 bytes plus specials' if obj.kind == 'bpe' else 'specials'}"
+            ") and at most 1000000")
+        req("min_frequency", obj.min_frequency >= 0, ">= 0")
     elif isinstance(obj, ModelConfig):
         for name in ("d_model", "n_heads", "n_core", "loops", "context", "vocab_size"):
             req(name, getattr(obj, name) >= 1, ">= 1")
@@ -214,8 +238,20 @@ def _check_ranges(section: str, obj: Any) -> None:
             f"divisible by model.n_heads ({obj.n_heads})")
         req("dropout", 0.0 <= obj.dropout < 1.0, "in [0, 1)")
     elif isinstance(obj, TrainConfig):
-        for name in ("steps", "batch_size", "threads", "log_every", "checkpoint_every"):
+        for name in ("batch_size", "threads", "log_every", "checkpoint_every", "stride",
+                     "processes"):
             req(name, getattr(obj, name) >= 1, ">= 1")
+        req("epochs", obj.epochs >= 0, ">= 0")
+        if obj.epochs > 0:
+            req("steps", obj.steps == 0, "0 when train.epochs is set (set one of the two)")
+        else:
+            req("steps", obj.steps >= 1, ">= 1 (or 0 with train.epochs > 0)")
+            req("warmup_steps", obj.warmup_steps <= obj.steps,
+                f"at most train.steps ({obj.steps})")
+        req("batch_size", obj.batch_size % obj.processes == 0,
+            f"divisible by train.processes ({obj.processes}): it is the global batch")
+        req("depth_sigma", obj.depth_sigma > 0, "> 0")
+        req("backprop_loops", obj.backprop_loops >= 0, ">= 0 (0: all loops)")
         req("lr", obj.lr > 0, "> 0")
         req("norm_penalty", obj.norm_penalty >= 0, ">= 0")
         req("weight_decay", obj.weight_decay >= 0, ">= 0")
@@ -340,7 +376,19 @@ def resolve_cell(params: Params, name: str) -> CellConfig:
             raise ParamsError(f"'cells.{name}.train.seed' has no effect while the top-level "
                               f"'seeds' list is set ({params.seeds}); remove one of them.")
         sections["train"] = dataclasses.replace(sections["train"], seed=params.seeds[0])
+    _check_cell(name, sections["model"], sections["train"])
     return CellConfig(cell=name, **sections, seeds=list(params.seeds))
+
+
+def _check_cell(name: str, model: ModelConfig, train: TrainConfig) -> None:
+    """Rules that tie the model and train blocks of one cell together."""
+    where = f"in cell '{name}': "
+    if train.depth == "lognormal" and model.loops < 2:
+        raise ParamsError(f"{where}'model.loops' is {model.loops}; with train.depth "
+                          "'lognormal' it is the mean sampled depth and must be >= 2.")
+    if train.stride > model.context:
+        raise ParamsError(f"{where}'train.stride' is {train.stride}; it must be at most "
+                          f"model.context ({model.context}), or tokens are never trained on.")
 
 
 def load_cell(path: str | Path) -> CellConfig:

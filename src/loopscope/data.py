@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 EOS = "<|endoftext|>"
+UNK = "<unk>"
+# Paper A's word-level tokenizer: whitespace runs, ASCII word runs and single symbols are
+# the pieces; whitespace is kept, so decoding is plain concatenation.
+WORD_PATTERN = r"\s+|[A-Za-z0-9_]+|[^\w\s]"
 
 
 class DataError(RuntimeError):
@@ -58,8 +63,24 @@ def split_documents(texts: list[str], val_fraction: float) -> tuple[list[str], l
     return train, val
 
 
-def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
-    """A byte-level BPE tokenizer (every byte representable, so no unknown tokens)."""
+def train_tokenizer(texts: list[str], vocab_size: int, kind: str = "bpe",
+                    min_frequency: int = 0) -> Tokenizer:
+    """Train the tokenizer of `tokenizer.kind` on texts.
+
+    bpe: byte-level BPE, every byte representable, so no unknown tokens.
+    word: paper A's word-level regex tokenizer; the vocab_size - 2 most frequent pieces
+    seen at least min_frequency times, the rest map to <unk>.
+    """
+    if kind == "word":
+        tok = Tokenizer(models.WordLevel(unk_token=UNK))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
+        tok.decoder = decoders.Fuse()
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=[EOS, UNK], show_progress=False)
+        tok.train_from_iterator(texts, trainer=trainer)
+        return tok
+    if kind != "bpe":
+        raise ValueError(f"unknown tokenizer kind {kind!r}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -67,6 +88,7 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
         vocab_size=vocab_size,
         special_tokens=[EOS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=min_frequency,
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
@@ -178,26 +200,44 @@ def load_tokenizer(prepared: Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
+def train_windows(n_tokens: int, context: int, stride: int = 1) -> int:
+    """How many training windows (context + 1 tokens, starts at multiples of stride) fit
+    in n_tokens: one epoch is this many windows."""
+    return max(0, (n_tokens - context - 2) // stride + 1)
+
+
+def steps_for_epochs(epochs: float, n_tokens: int, context: int, stride: int,
+                     batch_size: int) -> int:
+    """Optimizer steps that draw `epochs` times as many windows as one epoch holds."""
+    return max(1, math.ceil(epochs * train_windows(n_tokens, context, stride) / batch_size))
+
+
 @dataclass
 class Batches:
-    """Random training windows of context+1 tokens, reproducible from a seed."""
+    """Random training windows of context+1 tokens, reproducible from a seed.
+
+    Windows start at multiples of stride (paper A: stride 128 with context 256); with
+    stride 1 any start is drawn.
+    """
 
     tokens: torch.Tensor
     context: int
     batch_size: int
     seed: int
+    stride: int = 1
 
     def __post_init__(self) -> None:
         if len(self.tokens) <= self.context + 1:
             raise DataError(f"the training split has {len(self.tokens)} tokens, fewer than "
                             f"model.context + 1 = {self.context + 1}; use a smaller "
                             "model.context or a larger corpus.")
+        self.windows = train_windows(len(self.tokens), self.context, self.stride)
         self.gen = torch.Generator().manual_seed(self.seed)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(0, len(self.tokens) - self.context - 1, (self.batch_size,),
-                               generator=self.gen)
-        rows = torch.stack([self.tokens[s:s + self.context + 1] for s in starts.tolist()])
+        starts = torch.randint(0, self.windows, (self.batch_size,), generator=self.gen)
+        rows = torch.stack([self.tokens[s:s + self.context + 1]
+                            for s in (starts * self.stride).tolist()])
         return rows[:, :-1], rows[:, 1:]
 
 
