@@ -163,11 +163,15 @@ class LoopedLM(nn.Module):
         loops: int | None = None,
         hook: LoopHook | None = None,
         read: str = "all",
+        grad_loops: int = 0,
     ) -> LoopOutput:
         """Run `loops` loops (default: the configured count) over token ids (B, T).
 
         read: "all" reads out every loop (per-loop loss, diagnostics), "last" only the
         final one (final-loop loss), "none" returns states only.
+        grad_loops: truncated backprop (paper B): only the last grad_loops loops build a
+        graph and are read out; the earlier ones run without gradients, so memory does
+        not grow with a long sampled depth. 0: every loop.
         """
         cfg = self.cfg
         loops = cfg.loops if loops is None else loops
@@ -186,19 +190,21 @@ class LoopedLM(nn.Module):
         else:
             h = e
         initial = h
+        frozen = loops - grad_loops if 0 < grad_loops < loops else 0  # loops without a graph
         states, logits = [], []
         for k in range(1, loops + 1):
-            if cfg.inject == "add":
-                h = h + e
-            elif cfg.inject == "concat_adapter":
-                h = self.adapter(torch.cat([h, e], dim=-1))
-            for block in self.core:
-                h = block(h)
-            if self.loop_norm is not None:
-                h = self.loop_norm(h)
+            with torch.set_grad_enabled(torch.is_grad_enabled() and k > frozen):
+                if cfg.inject == "add":
+                    h = h + e
+                elif cfg.inject == "concat_adapter":
+                    h = self.adapter(torch.cat([h, e], dim=-1))
+                for block in self.core:
+                    h = block(h)
+                if self.loop_norm is not None:
+                    h = self.loop_norm(h)
             if hook is not None:
                 h = hook(k, h)
             states.append(h)
-            wanted = read == "all" or (read == "last" and k == loops)
+            wanted = (read == "all" and k > frozen) or (read == "last" and k == loops)
             logits.append(self.read(h, last=k == loops) if wanted else None)
         return LoopOutput(states=states, logits=logits, initial=initial)

@@ -13,20 +13,23 @@ contents, so a truncated or altered file is an error and never a silently wrong 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import math
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from loopscope.config import CellConfig, TrainConfig
-from loopscope.data import Batches, atomic_write_bytes, temp_path
+from loopscope.config import CellConfig, ParamsError, TrainConfig
+from loopscope.data import Batches, atomic_write_bytes, steps_for_epochs, temp_path
 from loopscope.model import LoopedLM, LoopOutput
 
 RESUME_FORMAT = "loopscope-resume-1"
@@ -39,6 +42,77 @@ class DivergenceError(RuntimeError):
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing or unreadable; the message names the file."""
+
+
+def resolve_device(cfg: TrainConfig) -> tuple[torch.device, bool]:
+    """The device and whether to autocast to bf16, from train.device/train.precision.
+
+    Asked for before any step, so `cuda` on a machine without one fails in a second.
+    """
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ParamsError("'train.device' is 'cuda' but torch sees no CUDA device; set it to "
+                          "auto or cpu (or install a CUDA build of torch).")
+    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    if cuda and dist.is_initialized():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cuda" if cuda else "cpu")
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and cuda)
+    return device, bf16
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) outside torchrun."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed(cfg: TrainConfig) -> None:
+    """Join the process group torchrun set up (gloo on CPU, nccl on CUDA).
+
+    Run under torchrun, every process trains its share of each global batch and DDP
+    averages the gradients; the world size must be train.processes.
+    """
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size != cfg.processes:
+        raise ParamsError(f"'train.processes' is {cfg.processes} but {size} process(es) "
+                          "were started; set train.processes to torchrun's world size.")
+    if size > 1 and not dist.is_initialized():
+        cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+        dist.init_process_group("nccl" if cuda else "gloo")
+
+
+def train_steps(cfg: TrainConfig, n_tokens: int, context: int) -> int:
+    """train.steps, or the steps that make train.epochs passes over the windows."""
+    if cfg.epochs <= 0:
+        return cfg.steps
+    steps = steps_for_epochs(cfg.epochs, n_tokens, context, cfg.stride, cfg.batch_size)
+    if cfg.warmup_steps > steps:
+        raise ParamsError(f"'train.warmup_steps' is {cfg.warmup_steps}, but train.epochs "
+                          f"{cfg.epochs} gives only {steps} steps on this corpus; lower it.")
+    return steps
+
+
+class Depth:
+    """The number of loops of each optimizer step.
+
+    fixed: model.loops. lognormal (paper B, after Huginn): r = 1 + Poisson(lam) with
+    lam ~ LogNormal(ln(loops - 1) - sigma^2 / 2, sigma), so E[r] = model.loops; one r
+    per step, the same on every process (its own seeded generator).
+    """
+
+    def __init__(self, cfg: TrainConfig, loops: int) -> None:
+        self.lognormal, self.loops, self.sigma = cfg.depth == "lognormal", loops, cfg.depth_sigma
+        self.gen = torch.Generator().manual_seed(cfg.seed + 1)
+
+    def next(self) -> int:
+        if not self.lognormal:
+            return self.loops
+        mu = math.log(self.loops - 1) - self.sigma ** 2 / 2
+        lam = torch.exp(mu + self.sigma * torch.randn(1, generator=self.gen, dtype=torch.float64))
+        return 1 + int(torch.poisson(lam, generator=self.gen).item())
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -216,66 +290,102 @@ def _optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
         lr=cfg.lr, betas=(0.9, 0.95))
 
 
-def _snapshot(model: LoopedLM, opt: torch.optim.Optimizer, batches: Batches
+def _snapshot(model: LoopedLM, opt: torch.optim.Optimizer, batches: Batches, depth: Depth
               ) -> dict[str, Any]:
     """Everything the next step depends on; dropout and noise draw from torch's RNG."""
     return {"model": model.state_dict(), "optimizer": opt.state_dict(),
-            "batches_rng": batches.gen.get_state(), "torch_rng": torch.get_rng_state()}
+            "batches_rng": batches.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "depth_rng": depth.gen.get_state()}
 
 
 def _restore(state: dict[str, Any], model: LoopedLM, opt: torch.optim.Optimizer,
-             batches: Batches) -> None:
+             batches: Batches, depth: Depth) -> None:
     """The inverse of _snapshot."""
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     batches.gen.set_state(state["batches_rng"])
     torch.set_rng_state(state["torch_rng"])
+    depth.gen.set_state(state["depth_rng"])
+
+
+def _mean_over_processes(values: list[float], device: torch.device) -> list[float]:
+    """Average logged numbers over the data-parallel processes (each saw its share)."""
+    rank, size = world()
+    if size == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return (t / size).tolist()
 
 
 def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
                resume: Path | None = None) -> tuple[LoopedLM, dict[str, Any]]:
-    """Train one cell; returns the model and a summary of the run.
+    """Train one cell; returns the model (on the CPU) and a summary of the run.
 
     live: a dvclive.Live (or None) that receives per-step metrics.
     resume: where to keep a resume checkpoint (None: no checkpoints). If it holds one
     of this same run (config, tokens, code), training continues from its step with the
-    model, optimizer, batch sampler and torch RNG restored, so the result is bitwise
-    that of an uninterrupted run on CPU; the rows logged before it are replayed into
-    live, since DVC deletes dvclive/<cell>/ before it reruns the stage. train_seconds
-    then counts the time of the steps kept, not of work lost to the interruption.
+    model, optimizer, batch sampler and RNGs restored, so the result is bitwise that of
+    an uninterrupted run on CPU with one process; the rows logged before it are replayed
+    into live, since DVC deletes dvclive/<cell>/ before it reruns the stage.
+    train_seconds then counts the time of the steps kept, not of work lost to the
+    interruption.
+
+    Under torchrun (train.processes > 1) every process draws the same global batch and
+    trains on its rows; DDP averages gradients, so the run follows the one-process run
+    with the same global batch (up to float summation order, and except for dropout and
+    noise, which each process draws for itself). Only rank 0 logs and checkpoints.
     """
-    cfg = cell.train
+    rank, size = world()
+    device, bf16 = resolve_device(cell.train)
+    cfg = dataclasses.replace(cell.train, steps=train_steps(cell.train, len(train_tokens),
+                                                            cell.model.context))
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
     model = LoopedLM(cell.model)
     model.train()
     opt = _optimizer(model, cfg)
-    batches = Batches(train_tokens, cell.model.context, cfg.batch_size, cfg.seed)
+    batches = Batches(train_tokens, cell.model.context, cfg.batch_size, cfg.seed, cfg.stride)
+    depth = Depth(cfg, cell.model.loops)
     first, spent, history, loss_value = 0, 0.0, [], float("nan")
     fingerprint, state = "", None
     if resume is not None:
         fingerprint = run_fingerprint(cell, train_tokens)
         state = load_resume(resume, cell, fingerprint)
     if state is not None:
-        _restore(state, model, opt, batches)
+        _restore(state, model, opt, batches, depth)
         first, spent, history, loss_value = (state["step"], state["seconds"],
                                              state["history"], state["loss"])
-        print(f"train {cell.cell}: resuming from step {first} ({resume})", flush=True)
+        if rank == 0:
+            print(f"train {cell.cell}: resuming from step {first} ({resume})", flush=True)
         for row in history:
             _log(live, row)
+    model.to(device)
+    _optimizer_to(opt, device)
+    forward = model
+    if size > 1:
+        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
+        forward = torch.nn.parallel.DistributedDataParallel(
+            model, find_unused_parameters=True)  # e.g. the unused final norm of a raw readout
+    if cfg.compile:
+        forward = torch.compile(forward)
     read = "all" if cfg.loss == "per_loop" else "last"
+    rows = slice(rank * cfg.batch_size // size, (rank + 1) * cfg.batch_size // size)
     tokens_per_step = cfg.batch_size * cell.model.context
     start = time.perf_counter()
-    bar = tqdm(range(first, cfg.steps), initial=first, total=cfg.steps,
+    bar = tqdm(range(first, cfg.steps), initial=first, total=cfg.steps, disable=rank != 0,
                desc=f"train {cell.cell}", unit="step", mininterval=2.0)
     for step in bar:
         lr = lr_at(step, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = batches.next()
-        out = model(x, read=read)
-        loss, ces = objective(out, y, cfg)
-        loss_value = loss.item()
+        x, y = x[rows].to(device), y[rows].to(device)
+        loops = depth.next()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            out = forward(x, loops=loops, read=read, grad_loops=cfg.backprop_loops)
+            loss, ces = objective(out, y, cfg)
+        loss_value, *ces = _mean_over_processes([loss.item(), *ces], device)
         if not math.isfinite(loss_value):
             raise DivergenceError(
                 f"cell '{cell.cell}': loss is {loss_value} at step {step} (lr {lr:.3g}); "
@@ -289,23 +399,41 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
             row = {"step": step, "train/loss": loss_value, "train/lr": lr,
                    "train/ce_last": ces[-1]}
-            for k, h in enumerate(out.states, 1):
-                row[f"train/norm_loop{k}"] = h.detach().norm(dim=-1).mean().item()
+            norms = [h.detach().float().norm(dim=-1).mean().item() for h in out.states]
+            if depth.lognormal:  # the depth varies, so one column for the last loop
+                row["train/depth"] = loops
+                norms = norms[-1:]
+                row["train/norm_last"], = _mean_over_processes(norms, device)
+            else:
+                for k, norm in enumerate(_mean_over_processes(norms, device), 1):
+                    row[f"train/norm_loop{k}"] = norm
             history.append(row)
             _log(live, row)
         done = step + 1
-        if resume is not None and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+        if (resume is not None and rank == 0 and done % cfg.checkpoint_every == 0
+                and done < cfg.steps):
             _write_payload(resume, {
                 "format": RESUME_FORMAT, "fingerprint": fingerprint, "step": done,
                 "history": history, "loss": loss_value,
                 "seconds": spent + time.perf_counter() - start,
-                **_snapshot(model, opt, batches)})
+                **_snapshot(model, opt, batches, depth)})
     seconds = spent + time.perf_counter() - start
+    model.to("cpu")
     summary = {
         "final_loss": loss_value,
+        "steps": cfg.steps,
         "train_seconds": round(seconds, 2),
         "tokens_per_second": round(tokens_per_step * cfg.steps / seconds, 1),
         "params": model.num_params(),
+        "device": str(device) + (" bf16" if bf16 else "") + (f" x{size}" if size > 1 else ""),
         "config": asdict(cfg),
     }
     return model, summary
+
+
+def _optimizer_to(opt: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move restored AdamW moments to the model's device."""
+    for st in opt.state.values():
+        for key, value in st.items():
+            if isinstance(value, torch.Tensor) and key != "step":
+                st[key] = value.to(device)

@@ -1,0 +1,176 @@
+"""Scaling knobs: randomized depth, truncated backprop, epochs and stride, devices, and
+data-parallel training under torchrun (gloo on CPU)."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from loopscope.config import CellConfig, ParamsError, TrainConfig
+from loopscope.data import Batches, steps_for_epochs, train_windows
+from loopscope.model import LoopedLM, ModelConfig
+from loopscope.train import Depth, resolve_device, train_cell
+
+MODEL = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
+BACKBONE = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_prelude=1,
+                       n_core=1, n_coda=1, loops=4, block="sandwich", inject="concat_adapter",
+                       state_init="noise")
+
+
+def corpus() -> torch.Tensor:
+    torch.manual_seed(0)
+    base = torch.arange(4000) % 17
+    return torch.where(torch.rand(4000) < 0.05, torch.randint(0, 64, (4000,)), base)
+
+
+def test_lognormal_depth_has_the_configured_mean_and_is_reproducible():
+    cfg = TrainConfig(depth="lognormal", depth_sigma=0.5, seed=3)
+    sampler = Depth(cfg, 8)
+    draws = [sampler.next() for _ in range(4000)]
+    assert min(draws) >= 1
+    assert statistics.mean(draws) == pytest.approx(8, rel=0.05)
+    assert statistics.pstdev(draws) > 2  # really random, not a constant
+    again = Depth(cfg, 8)
+    assert [again.next() for _ in range(50)] == draws[:50]
+    assert Depth(TrainConfig(depth="fixed"), 8).next() == 8
+
+
+def test_truncated_backprop_builds_a_graph_for_the_last_loops_only():
+    torch.manual_seed(0)
+    model = LoopedLM(BACKBONE)
+    x = torch.randint(0, 64, (2, 16))
+    out = model(x, loops=6, read="all", grad_loops=2)
+    assert [h.requires_grad for h in out.states] == [False] * 4 + [True] * 2
+    assert [lg is not None for lg in out.logits] == [False] * 4 + [True] * 2
+    out.logits[-1].sum().backward()
+    assert model.prelude[0].mlp.up.weight.grad is not None  # through the re-injection
+    full = model(x, loops=6, read="all")
+    assert all(h.requires_grad for h in full.states)
+    # the forward values do not depend on where gradients stop (same noise state)
+    torch.manual_seed(1)
+    a = model(x, loops=6, read="last", grad_loops=2).logits[-1]
+    torch.manual_seed(1)
+    b = model(x, loops=6, read="last").logits[-1]
+    assert torch.equal(a, b)
+
+
+def test_randomized_depth_training_logs_the_sampled_depth():
+    class Rows:
+        def __init__(self):
+            self.rows, self.step = [], 0
+
+        def log_metric(self, name, value):
+            self.rows.append((self.step, name, value))
+
+        def next_step(self):
+            pass
+
+    live = Rows()
+    cfg = TrainConfig(loss="final", depth="lognormal", backprop_loops=2, steps=12,
+                      batch_size=4, warmup_steps=2, threads=1, log_every=1)
+    model, summary = train_cell(CellConfig("backbone", BACKBONE, cfg), corpus(), live)
+    depths = [v for _, name, v in live.rows if name == "train/depth"]
+    assert len(depths) == 12 and len(set(depths)) > 1
+    assert all(name != "train/norm_loop1" for _, name, _ in live.rows)
+    assert summary["final_loss"] < 4.2  # learned something: log(64) = 4.16 at the start
+
+
+def test_epochs_and_stride():
+    assert train_windows(1000, 16, 1) == 1000 - 16 - 1
+    assert train_windows(1000, 16, 8) == (1000 - 18) // 8 + 1
+    assert steps_for_epochs(2, 1000, 16, 8, 4) == -(-2 * ((1000 - 18) // 8 + 1) // 4)
+    tokens = torch.arange(1000)
+    batches = Batches(tokens, 16, 64, seed=0, stride=8)
+    x, y = batches.next()
+    assert (x[:, 0] % 8 == 0).all() and torch.equal(x[:, 1:], y[:, :-1])
+    assert int(x[:, 0].max()) + 17 <= 1000
+    cfg = TrainConfig(steps=0, epochs=0.5, stride=16, batch_size=8, warmup_steps=0,
+                      threads=1, log_every=1)
+    _, summary = train_cell(CellConfig("tiny", MODEL, cfg), corpus())
+    assert summary["steps"] == steps_for_epochs(0.5, 4000, 16, 16, 8)
+    too_long = TrainConfig(steps=0, epochs=0.01, batch_size=8, warmup_steps=50)
+    with pytest.raises(ParamsError, match=r"'train.warmup_steps' is 50, but train.epochs "
+                       r"0.01 gives only \d+ steps on this corpus"):
+        train_cell(CellConfig("tiny", MODEL, too_long), corpus())
+
+
+def test_devices():
+    device, bf16 = resolve_device(TrainConfig(device="cpu", precision="auto"))
+    assert device.type == "cpu" and not bf16
+    assert resolve_device(TrainConfig(device="cpu", precision="bf16"))[1]
+    if not torch.cuda.is_available():
+        assert resolve_device(TrainConfig())[0].type == "cpu"
+        with pytest.raises(ParamsError, match=r"'train.device' is 'cuda' but torch sees no "
+                           "CUDA device"):
+            train_cell(CellConfig("tiny", MODEL, TrainConfig(device="cuda")), corpus())
+
+
+def test_bf16_autocast_trains_on_cpu():
+    cfg = TrainConfig(steps=4, batch_size=4, warmup_steps=1, threads=1, precision="bf16")
+    _, summary = train_cell(CellConfig("tiny", MODEL, cfg), corpus())
+    assert summary["device"] == "cpu bf16" and summary["final_loss"] < 5
+
+
+DDP_SCRIPT = """
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+from test_scale import corpus, MODEL, ddp_config
+from loopscope.train import init_distributed, train_cell, world
+from loopscope.config import CellConfig
+cfg = ddp_config(processes=2)
+init_distributed(cfg)
+class Rows:
+    rows, step = [], 0
+    def log_metric(self, name, value): self.rows.append([self.step, name, value])
+    def next_step(self): pass
+live = Rows()
+model, summary = train_cell(CellConfig("tiny", MODEL, cfg), corpus(), live)
+if world()[0] == 0:
+    weights = {{k: v.tolist() for k, v in model.state_dict().items()}}
+    json.dump({{"rows": live.rows, "weights": weights}}, open(sys.argv[1], "w"))
+"""
+
+
+def ddp_config(processes: int) -> TrainConfig:
+    return TrainConfig(steps=20, batch_size=8, lr=3e-3, warmup_steps=2, threads=1,
+                       log_every=1, norm_penalty=0.01, processes=processes, seed=5)
+
+
+def test_two_gloo_processes_follow_one_process(tmp_path):
+    class Rows:
+        def __init__(self):
+            self.rows, self.step = [], 0
+
+        def log_metric(self, name, value):
+            self.rows.append([self.step, name, value])
+
+        def next_step(self):
+            pass
+
+    live = Rows()
+    model, _ = train_cell(CellConfig("tiny", MODEL, ddp_config(1)), corpus(), live)
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).parent)))
+    out = tmp_path / "ddp.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         "2", str(script), str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ddp = json.loads(out.read_text())
+    one = {(s, n): v for s, n, v in live.rows}
+    two = {(s, n): v for s, n, v in ddp["rows"]}
+    assert one.keys() == two.keys()
+    losses = [(one[k], two[k]) for k in one if k[1] == "train/loss"]
+    assert len(losses) == 20
+    for a, b in losses:
+        assert b == pytest.approx(a, rel=1e-4)
+    assert losses[-1][0] < losses[0][0] - 0.3  # it trained
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(torch.tensor(ddp["weights"][name]), value,
+                                   rtol=1e-3, atol=1e-4)
