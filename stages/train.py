@@ -5,19 +5,33 @@ metrics/train/<cell>.json summarizes the runs. While a run trains, a resume chec
 checkpoints/<cell>/seed<N>/last.pt. It is not a DVC output (DVC deletes outputs before
 rerunning a stage), so after a kill `dvc repro` continues from it; it is deleted once
 the run's outputs are in place.
+
+With train.processes > 1 the stage starts itself again under torchrun (one node, that
+many processes, DDP); across nodes, start it with torchrun yourself (README, Scaling up).
+Only rank 0 writes logs, checkpoints and metrics.
 """
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 from statistics import mean
 
 import torch
+import torch.distributed as dist
 from dvclive import Live
 
 from loopscope.config import load_cell, load_params
 from loopscope.data import check_context, load_meta, load_tokens
 from loopscope.stage import run, seed_tag, write_json
-from loopscope.train import discard_resume, save_checkpoint, train_cell
+from loopscope.train import (
+    discard_resume,
+    init_distributed,
+    resolve_device,
+    save_checkpoint,
+    train_cell,
+    world,
+)
 
 
 class RunLog:
@@ -48,18 +62,34 @@ def main() -> None:
     cell = load_cell(Path("configs") / f"{name}.json")
     prepared = Path("prepared")
     check_context(load_meta(prepared), cell.model.context)  # before any step, not in diagnose
+    resolve_device(cell.train)  # a missing GPU fails here, before torchrun starts
+    if cell.train.processes > 1 and "LOCAL_RANK" not in os.environ:
+        args = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={cell.train.processes}", __file__, name]
+        print(f"train {name}: starting {cell.train.processes} processes (torchrun)", flush=True)
+        os.execv(sys.executable, args)
+    init_distributed(cell.train)
+    rank = world()[0]
     tokens = torch.from_numpy(load_tokens(prepared, "train"))
     runs = {}
-    with Live(dir=f"dvclive/{name}", dvcyaml=None, save_dvc_exp=False) as live:
+    live_log = (Live(dir=f"dvclive/{name}", dvcyaml=None, save_dvc_exp=False) if rank == 0
+                else contextlib.nullcontext())
+    with live_log as live:
         for seed in cell.seeds:
             tag = seed_tag(seed)
             run_cell = cell.for_seed(seed)
             resume = Path("checkpoints") / name / tag / "last.pt"
-            model, summary = train_cell(run_cell, tokens, RunLog(live, tag), resume)
-            save_checkpoint(Path("models") / name / f"{tag}.pt", model, run_cell,
-                            {"summary": summary})
+            model, summary = train_cell(run_cell, tokens, live and RunLog(live, tag), resume)
+            if rank == 0:
+                save_checkpoint(Path("models") / name / f"{tag}.pt", model, run_cell,
+                                {"summary": summary})
+                discard_resume(resume)
             runs[tag] = {k: v for k, v in summary.items() if k != "config"}
-            discard_resume(resume)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank != 0:
+        return
     write_json(Path("metrics/train") / f"{name}.json", {
         "final_loss": mean(r["final_loss"] for r in runs.values()),
         "train_seconds": round(sum(r["train_seconds"] for r in runs.values()), 2),

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_raw",
-         "perloop_interloop_norm"]
+         "perloop_interloop_norm", "backbone"]
 
 
 def sh_env() -> dict[str, str]:
@@ -93,6 +93,9 @@ def test_repro_writes_report_and_finite_metrics(repo):
     assert not [p for p in (repo / "checkpoints").rglob("*") if p.is_file()]
     shown = sh(["dvc", "metrics", "show", "--json"], repo).stdout
     assert "norm_mean" in shown and "ppl" in shown
+    headline = json.loads((repo / "metrics" / "headline.json").read_text())
+    assert set(headline) == set(CELLS)
+    assert all(math.isfinite(v) for row in headline.values() for v in row.values())
 
 
 def test_second_repro_runs_nothing(repo):
@@ -111,6 +114,24 @@ def test_one_cell_change_reruns_that_cell_only(repo):
     assert "Running stage 'train@perloop_raw'" in out
     for cell in CELLS[:3]:
         assert f"Running stage 'train@{cell}'" not in out
+
+
+def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
+    """`dvc exp run -S model.readout=raw`: the backbone inherits the readout and retrains
+    with everything downstream of it; the paper A cells pin theirs and are skipped."""
+    result = sh(["dvc", "exp", "run", "-n", "raw-readout", "-S", "model.readout=raw"], repo)
+    out = result.stdout
+    ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
+    assert ran == {"configure", "train@backbone", "extract@backbone", "diagnose@backbone",
+                   "clamp@backbone", "headline", "report@blind_spot"}, out
+    for cell in CELLS[:-1]:
+        assert f"Stage 'train@{cell}' didn't change, skipping" in out
+    assert "Stage 'prepare' didn't change, skipping" in out
+    config = json.loads((repo / "configs" / "backbone.json").read_text())
+    assert config["model"]["readout"] == "raw"
+    shown = json.loads(sh(["dvc", "exp", "show", "--json"], repo).stdout)
+    text = json.dumps(shown)
+    assert "raw-readout" in text and "headline.json" in text and "ppl_final" in text
 
 
 @pytest.mark.parametrize("key, value, message", [
