@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 data: $(STAMP)
-	$(BIN)/python -m loopscope.corpus data
+	$(BIN)/python -m loopscope.corpus
 
 repro: data
 	$(BIN)/dvc repro

@@ -1,21 +1,40 @@
-"""Stage prepare: train the tokenizer on the corpus and encode train/val token files."""
+"""Stage prepare: train the tokenizer on the corpus and encode train/val token files.
+
+The corpus layout (own .txt files, or a hub corpus's <split>.txt) decides the split; see
+loopscope.data. meta.json gains `source` and `tokenizer_kind` for anything but the
+original default (own files, bpe), whose prepared/ thus stays byte for byte as before.
+"""
 
 from pathlib import Path
 
 from loopscope.config import load_params
-from loopscope.data import encode, read_documents, split_documents, train_tokenizer, write_prepared
+from loopscope.corpus import check_source
+from loopscope.data import Corpus, document_pieces, encode, train_tokenizer, write_prepared
 from loopscope.stage import run
 
 
 def main() -> None:
     params = load_params()
-    docs = read_documents(Path(params.data.dir))
-    train_texts, val_texts = split_documents([text for _, text in docs],
-                                             params.data.val_fraction)
-    tok = train_tokenizer(train_texts, params.tokenizer.vocab_size)
-    splits = {"train": encode(tok, train_texts), "val": encode(tok, val_texts)}
-    meta = write_prepared(Path("prepared"), tok, splits, {"documents": len(docs)})
-    print(f"prepare: {len(docs)} documents, vocab {meta['vocab_size']}, "
+    data, kind = params.data, params.tokenizer.kind
+    data_dir = Path(data.dir)
+    check_source(data_dir, data)  # the corpus there is the one params.yaml names
+    corpus = Corpus(data_dir, data.val_fraction)
+    print(f"prepare: {corpus.describe()}")
+    tok = train_tokenizer(document_pieces(corpus.documents("train")),
+                          params.tokenizer.vocab_size, kind, params.tokenizer.min_frequency)
+    splits = {split: encode(tok, corpus.documents(split), corpus.size(split))
+              for split in ("train", "val")}
+    extra: dict = {"documents": corpus.document_count}
+    if corpus.layout == "splits":
+        extra["source"] = "hub"
+        extra["hub"] = {"name": data.hub, "config": data.hub_config,
+                        "documents": data.hub_documents}
+    elif kind != "bpe":
+        extra["source"] = "files"
+    if "source" in extra:
+        extra["tokenizer_kind"] = kind
+    meta = write_prepared(Path("prepared"), tok, splits, extra)
+    print(f"prepare: {corpus.document_count} documents, {kind} vocab {meta['vocab_size']}, "
           + ", ".join(f"{k} {v['tokens']:,} tokens" for k, v in meta["splits"].items()))
 
 

@@ -1,7 +1,23 @@
 """Corpus -> tokenizer -> token memmaps, and the batches training and diagnostics read.
 
+data.dir is read in one of two layouts:
+    files    any .txt files (the embedded Shakespeare, or your own; subfolders are fine):
+             every file is one document, and its last data.val_fraction (cut at a line)
+             is held out for validation.
+    splits   a hub corpus as `python -m loopscope.corpus` writes it, told by a top-level
+             train.txt: <split>.txt holds one document per paragraph, documents separated
+             by a blank (whitespace-only) line. train.txt trains the tokenizer and is the
+             train split, validation.txt the val split; without validation.txt the last
+             data.val_fraction of train.txt (cut at a line) is held out. Other files
+             (test.txt, ...) are not used.
+
+Both passes over the corpus (training the tokenizer, encoding) re-read it from disk and
+feed the tokenizer slices of at most PIECE_CHARS characters, cut where no pre-tokenizer
+can see the cut (see `pieces`): memory is bounded by the token arrays, and the result is
+byte for byte what whole documents give.
+
 The prepare stage writes into one directory:
-    tokenizer.json   HF `tokenizers` byte-level BPE
+    tokenizer.json   HF `tokenizers` byte-level BPE (or paper A's word-level tokenizer)
     train.bin        token ids, little-endian uint16 (uint32 if the vocabulary needs it)
     val.bin          same, the held-out split
     meta.json        dtype, token counts and sha256 of each .bin, checked on every load
@@ -13,12 +29,14 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tqdm import tqdm
 
 EOS = "<|endoftext|>"
 UNK = "<unk>"
@@ -26,13 +44,19 @@ UNK = "<unk>"
 # the pieces; whitespace is kept, so decoding is plain concatenation.
 WORD_PATTERN = r"\s+|[A-Za-z0-9_]+|[^\w\s]"
 
+TRAIN_FILE = "train.txt"  # marks the splits layout (a hub corpus)
+VAL_FILE = "validation.txt"
+PIECE_CHARS = 1 << 18  # longest slice of a document handed to the tokenizer at once
+BATCH_CHARS = 1 << 21  # characters per encode_batch call (its encodings live together)
+PROGRESS_BYTES = 1 << 26  # inputs this large show a progress bar while encoding
+
 
 class DataError(RuntimeError):
     """Missing, empty or corrupt data files; the message names the file."""
 
 
-def read_documents(data_dir: Path) -> list[tuple[str, str]]:
-    """All .txt files under data_dir as (relative name, text), in sorted order."""
+def corpus_paths(data_dir: Path) -> list[Path]:
+    """All .txt files under data_dir, sorted; a missing or empty corpus says what to do."""
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}/: corpus directory not found. Run `make repro` to fetch "
                         "the embedded corpus, or put .txt files there and `dvc add data`.")
@@ -40,13 +64,24 @@ def read_documents(data_dir: Path) -> list[tuple[str, str]]:
     if not paths:
         raise DataError(f"{data_dir}/: no .txt files. Put your corpus there as UTF-8 text "
                         "files and run `dvc add data`.")
-    docs = []
-    for path in paths:
-        try:
-            docs.append((str(path.relative_to(data_dir)), path.read_text(encoding="utf-8")))
-        except UnicodeDecodeError as err:
-            raise DataError(f"{path}: not UTF-8 text ({err}).") from None
-    return docs
+    return paths
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err}).") from None
+
+
+def read_documents(data_dir: Path) -> list[tuple[str, str]]:
+    """All .txt files under data_dir as (relative name, text), in sorted order."""
+    return [(str(p.relative_to(data_dir)), read_text(p)) for p in corpus_paths(data_dir)]
+
+
+def line_cut(text: str, val_fraction: float) -> int:
+    """Where the last val_fraction of text begins, moved back to a line start."""
+    return text.rfind("\n", 0, int(len(text) * (1 - val_fraction))) + 1
 
 
 def split_documents(texts: list[str], val_fraction: float) -> tuple[list[str], list[str]]:
@@ -55,12 +90,149 @@ def split_documents(texts: list[str], val_fraction: float) -> tuple[list[str], l
     Splitting every document (rather than whole documents) keeps each play in both
     splits, so validation measures the same distribution on a small corpus.
     """
-    train, val = [], []
-    for text in texts:
-        cut = text.rfind("\n", 0, int(len(text) * (1 - val_fraction))) + 1
-        train.append(text[:cut])
-        val.append(text[cut:])
-    return train, val
+    cuts = [line_cut(text, val_fraction) for text in texts]
+    return ([t[:c] for t, c in zip(texts, cuts, strict=True)],
+            [t[c:] for t, c in zip(texts, cuts, strict=True)])
+
+
+def paragraphs(path: Path, after: int = 0, upto: float = math.inf) -> Iterator[str]:
+    """The documents of a splits-layout file: runs of lines between blank lines, each
+    without its final newline, read line by line.
+
+    Only lines ending at a byte offset in (after, upto] are read, so one file can give
+    two splits cut at a line; a document the cut runs through is two documents then.
+    """
+    lines: list[str] = []
+    end = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            start, end = end, end + len(raw)
+            if end <= after:
+                continue
+            if end > upto:
+                break
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}: not UTF-8 text at byte {start + err.start} "
+                                f"({err.reason}).") from None
+            if line.strip():
+                lines.append(line)
+            elif lines:
+                yield "".join(lines).removesuffix("\n")
+                lines = []
+    if lines:
+        yield "".join(lines).removesuffix("\n")
+
+
+class Corpus:
+    """The train and val documents of data.dir in either layout (see the module doc),
+    re-read from disk on every pass so memory does not grow with the corpus."""
+
+    def __init__(self, data_dir: Path, val_fraction: float) -> None:
+        self.dir = data_dir
+        self.val_fraction = val_fraction
+        self.paths = corpus_paths(data_dir)
+        self.train_file = data_dir / TRAIN_FILE
+        self.layout = "splits" if self.train_file.is_file() else "files"
+        self.val_file = data_dir / VAL_FILE if (data_dir / VAL_FILE).is_file() else None
+        self.counts: dict[str, int] = {}
+        total = self.train_file.stat().st_size if self.layout == "splits" else 0
+        self.cut = int(total * (1 - val_fraction))  # of train.txt, without validation.txt
+
+    @property
+    def unused(self) -> list[str]:
+        """Files of a splits-layout corpus that prepare does not read (test.txt, ...)."""
+        if self.layout == "files":
+            return []
+        used = {self.train_file, self.val_file}
+        return [str(p.relative_to(self.dir)) for p in self.paths if p not in used]
+
+    def describe(self) -> str:
+        """What is read for what, for the prepare stage's first line."""
+        if self.layout == "files":
+            return (f"{len(self.paths)} .txt files in {self.dir}/, the last "
+                    f"{self.val_fraction:g} of each held out")
+        val = (f"{VAL_FILE} is val" if self.val_file else
+               f"no {VAL_FILE}: the last {self.val_fraction:g} of {TRAIN_FILE} is val")
+        unused = f"; not used: {', '.join(self.unused)}" if self.unused else ""
+        return f"hub splits in {self.dir}/: {TRAIN_FILE} is train, {val}{unused}"
+
+    def documents(self, split: str) -> Iterator[str]:
+        """The documents of split ('train' or 'val'); a full pass records their count."""
+        n = 0
+        for doc in self._documents(split):
+            n += 1
+            yield doc
+        self.counts[split] = n
+
+    def _documents(self, split: str) -> Iterator[str]:
+        train = split == "train"
+        if self.layout == "splits":
+            if self.val_file is not None:
+                return paragraphs(self.train_file if train else self.val_file)
+            return paragraphs(self.train_file, *((0, self.cut) if train else (self.cut,)))
+        return self._file_parts(train)
+
+    def _file_parts(self, train: bool) -> Iterator[str]:
+        for path in self.paths:
+            text = read_text(path)
+            cut = line_cut(text, self.val_fraction)
+            yield text[:cut] if train else text[cut:]
+
+    def size(self, split: str) -> int:
+        """Bytes of split on disk, about: the progress bar's total."""
+        if self.layout == "splits" and self.val_file is not None:
+            return (self.train_file if split == "train" else self.val_file).stat().st_size
+        total = (self.train_file.stat().st_size if self.layout == "splits"
+                 else sum(p.stat().st_size for p in self.paths))
+        train = int(total * (1 - self.val_fraction))
+        return train if split == "train" else total - train
+
+    @property
+    def document_count(self) -> int:
+        """meta.json's `documents`: the files, or a splits corpus's train and val
+        documents (known after a pass over each)."""
+        if self.layout == "files":
+            return len(self.paths)
+        return self.counts["train"] + self.counts["val"]
+
+
+def _safe_cut(text: str, i: int) -> bool:
+    """Whether text may be cut after the newline at i: it stands alone between two
+    non-space characters, where both pre-tokenizers end one piece and start the next
+    whatever follows or precedes (a cut inside a whitespace run would change it)."""
+    return (0 < i < len(text) - 1 and not text[i - 1].isspace()
+            and not text[i + 1].isspace())
+
+
+def pieces(text: str, max_chars: int | None = None) -> Iterator[str]:
+    """text as consecutive slices of at most about max_chars (default PIECE_CHARS), cut
+    only where _safe_cut allows, so tokenizing (or counting) the slices gives exactly
+    what the whole text gives. Yields at least one slice ("" for an empty text). A
+    stretch without a safe cut stays whole."""
+    max_chars = max_chars or PIECE_CHARS
+    start = 0
+    while len(text) - start > max_chars:
+        hi = start + max_chars
+        i = hi
+        while (i := text.rfind("\n", start + 1, i)) > 0 and not _safe_cut(text, i):
+            pass
+        if i <= 0:  # none in this window: the first one after it
+            i = hi - 1
+            while (i := text.find("\n", i + 1)) >= 0 and not _safe_cut(text, i):
+                pass
+            if i < 0:
+                break
+        yield text[start:i + 1]
+        start = i + 1
+    yield text[start:]
+
+
+def document_pieces(docs: Iterable[str], max_chars: int | None = None) -> Iterator[str]:
+    """Every document's pieces in order: what the tokenizer trains on."""
+    for doc in docs:
+        yield from pieces(doc, max_chars)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, kind: str = "bpe",
@@ -95,15 +267,48 @@ def train_tokenizer(texts: list[str], vocab_size: int, kind: str = "bpe",
     return tok
 
 
-def encode(tok: Tokenizer, texts: list[str]) -> np.ndarray:
-    """Concatenate the documents' ids, each followed by the end-of-text token."""
+def encode(tok: Tokenizer, texts: Iterable[str], total_bytes: int = 0) -> np.ndarray:
+    """Concatenate the documents' ids, each followed by the end-of-text token.
+
+    Documents are encoded in pieces (see `pieces`), BATCH_CHARS characters per
+    encode_batch call, into one numpy array per batch: a Python list of every id would
+    take ~30 bytes a token. total_bytes (about the input's size) shows a progress bar
+    when it is PROGRESS_BYTES or more.
+    """
     eos = tok.token_to_id(EOS)
     dtype = np.uint16 if tok.get_vocab_size() <= 1 << 16 else np.uint32
-    ids: list[int] = []
-    for enc in tok.encode_batch(texts):
-        ids.extend(enc.ids)
-        ids.append(eos)
-    return np.asarray(ids, dtype=dtype)
+    arrays = [np.zeros(0, dtype)]
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, mininterval=2, desc="encode",
+               disable=total_bytes < PROGRESS_BYTES)
+    for batch, ends in _batches(texts):
+        ids: list[int] = []
+        for enc, end in zip(tok.encode_batch(batch), ends, strict=True):
+            ids.extend(enc.ids)
+            if end:
+                ids.append(eos)
+        arrays.append(np.asarray(ids, dtype=dtype))
+        bar.update(sum(len(piece.encode("utf-8")) for piece in batch) if not bar.disable else 0)
+    bar.close()
+    return np.concatenate(arrays)
+
+
+def _batches(texts: Iterable[str]) -> Iterator[tuple[list[str], list[bool]]]:
+    """The documents' pieces in batches of about BATCH_CHARS characters, with whether each
+    piece ends its document (the end-of-text token follows it)."""
+    batch: list[str] = []
+    ends: list[bool] = []
+    chars = 0
+    for text in texts:
+        parts = list(pieces(text))
+        for i, piece in enumerate(parts):
+            batch.append(piece)
+            ends.append(i == len(parts) - 1)
+            chars += len(piece)
+            if chars >= BATCH_CHARS:
+                yield batch, ends
+                batch, ends, chars = [], [], 0
+    if batch:
+        yield batch, ends
 
 
 def _sha256(data: bytes) -> str:
@@ -140,7 +345,9 @@ def write_prepared(out: Path, tok: Tokenizer, splits: dict[str, np.ndarray],
     atomic_write_bytes(out / "tokenizer.json", tok.to_str().encode())
     meta = {"dtype": None, "vocab_size": tok.get_vocab_size(), "splits": {}, **extra}
     for name, arr in splits.items():
-        raw = arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+        # little-endian without a copy where the machine is (a copy of a big split is
+        # hundreds of MB)
+        raw = memoryview(np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")))
         atomic_write_bytes(out / f"{name}.bin", raw)
         meta["dtype"] = str(arr.dtype)
         meta["splits"][name] = {"tokens": int(arr.size), "sha256": _sha256(raw)}

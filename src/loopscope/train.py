@@ -365,8 +365,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     forward = model
     if size > 1:
         torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
-        forward = torch.nn.parallel.DistributedDataParallel(
-            model, find_unused_parameters=True)  # e.g. the unused final norm of a raw readout
+        forward = torch.nn.parallel.DistributedDataParallel(  # a raw readout never uses
+            model, find_unused_parameters=cell.model.readout == "raw")  # the final norm
     if cfg.compile:
         forward = torch.compile(forward)
     read = "all" if cfg.loss == "per_loop" else "last"

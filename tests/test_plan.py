@@ -1,0 +1,238 @@
+"""python -m loopscope.plan: parameter counts, steps, memory estimates, and the presets."""
+
+import copy
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loopscope.config import CellConfig, TrainConfig, load_params, resolve_cell
+from loopscope.data import encode, split_documents, steps_for_epochs, train_tokenizer
+from loopscope.model import LoopedLM, ModelConfig
+from loopscope.plan import corpus_tokens, depth_stats, main, plan, plan_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
+PRESETS = sorted((ROOT / "presets").glob("*.yaml"))
+PAPER_A_CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_raw",
+                 "perloop_final_norm", "terminal_penalty", "perloop_penalty",
+                 "perloop_interloop_norm"]
+
+
+def tiny_cell(**train: object) -> CellConfig:
+    model = ModelConfig(vocab_size=300, context=32, d_model=32, n_heads=2, n_core=1, loops=4)
+    return CellConfig(cell="t", model=model, train=TrainConfig(**train))
+
+
+def total(cell: CellConfig) -> int:
+    return plan_cell(cell, None, "cpu")["memory_bytes"]["total"]
+
+
+def write_params(path: Path, **sections: dict) -> Path:
+    raw = copy.deepcopy(BASE)
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "loopscope.plan", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_shipped_params_plan_lists_every_cell():
+    result = run_cli("params.yaml")
+    assert result.returncode == 0, result.stderr
+    for name in load_params(ROOT / "params.yaml").cells:
+        assert name in result.stdout
+    assert "total" in result.stdout
+
+
+def test_bad_params_exits_1_naming_the_key_before_any_work(tmp_path):
+    bad = copy.deepcopy(BASE)
+    bad["model"]["readout"] = "sideways"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(bad))
+    result = run_cli("params.yaml", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == ""  # nothing planned, no corpus looked at
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "'model.readout'" in lines[0]
+
+
+@pytest.mark.parametrize("model", [
+    ModelConfig(vocab_size=300, context=32, d_model=32, n_heads=2, n_core=2),
+    ModelConfig(vocab_size=300, context=32, d_model=32, n_heads=2, n_prelude=1, n_core=2,
+                n_coda=1, block="sandwich", inject="concat_adapter", state_init="noise",
+                inter_loop_norm=True),
+])
+def test_parameter_count_matches_the_model(model):
+    cell = CellConfig(cell="t", model=model, train=TrainConfig())
+    assert plan_cell(cell, None)["params"] == LoopedLM(model).num_params()
+
+
+def test_memory_grows_with_batch_loops_and_per_loop_loss():
+    base = tiny_cell(batch_size=16)
+    assert total(tiny_cell(batch_size=32)) > total(base)
+    deeper = dataclasses.replace(base, model=dataclasses.replace(base.model, loops=8))
+    assert total(deeper) > total(base)
+    assert total(tiny_cell(batch_size=16, loss="per_loop")) > total(
+        tiny_cell(batch_size=16, loss="final"))
+    # truncated backprop keeps fewer loops; fp32 activations cost more than bf16
+    assert total(tiny_cell(batch_size=16, backprop_loops=2)) < total(base)
+    assert total(tiny_cell(batch_size=16, precision="fp32")) > total(
+        tiny_cell(batch_size=16, precision="bf16"))
+
+
+def test_lognormal_depth_has_mean_loops_and_a_deeper_tail():
+    mean, p99 = depth_stats(8, "lognormal", 0.5)
+    assert abs(mean - 8) < 0.1
+    assert p99 > 8
+    assert depth_stats(8, "lognormal", 0.5) == (mean, p99)  # fixed seed
+    assert depth_stats(4, "fixed", 0.5) == (4.0, 4)
+
+
+def test_epoch_steps_from_prepared_meta(tmp_path, monkeypatch):
+    params = write_params(tmp_path / "params.yaml",
+                          train={"steps": 0, "epochs": 2, "stride": 64, "batch_size": 8})
+    (tmp_path / "prepared").mkdir()
+    meta = {"vocab_size": BASE["tokenizer"]["vocab_size"],
+            "splits": {"train": {"tokens": 100_000}, "val": {"tokens": 1000}}}
+    (tmp_path / "prepared" / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.chdir(tmp_path)
+    result = plan("params.yaml")
+    assert "meta.json" in result["corpus"]["source"]
+    context = BASE["model"]["context"]
+    for cell in result["cells"].values():
+        assert cell["steps"] == steps_for_epochs(2, 100_000, context, 64, 8)
+        assert cell["windows_per_epoch"] == (100_000 - context - 2) // 64 + 1
+    assert result["total"]["steps"] == sum(c["steps"] for c in result["cells"].values())
+    assert params.is_file()
+
+
+def test_meta_with_another_vocabulary_is_not_used(tmp_path, monkeypatch):
+    write_params(tmp_path / "params.yaml")
+    (tmp_path / "prepared").mkdir()
+    meta = {"vocab_size": 999, "splits": {"train": {"tokens": 100_000}}}
+    (tmp_path / "prepared" / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.chdir(tmp_path)
+    assert plan("params.yaml")["corpus"]["train_tokens"] is None
+
+
+def test_meta_of_another_tokenizer_kind_is_not_used(tmp_path, monkeypatch):
+    write_params(tmp_path / "params.yaml")
+    (tmp_path / "prepared").mkdir()
+    meta = {"vocab_size": BASE["tokenizer"]["vocab_size"], "tokenizer_kind": "word",
+            "source": "files", "splits": {"train": {"tokens": 100_000}}}
+    (tmp_path / "prepared" / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.chdir(tmp_path)
+    result = plan("params.yaml")
+    assert result["corpus"]["train_tokens"] is None
+    assert "tokenizer_kind" in result["corpus"]["source"]
+
+
+def test_meta_of_the_same_hub_dataset_is_used(tmp_path, monkeypatch):
+    hub = {"hub": "roneneldan/TinyStories", "hub_config": "", "hub_documents": 1000}
+    write_params(tmp_path / "params.yaml", data=hub)
+    (tmp_path / "prepared").mkdir()
+    meta = {"vocab_size": BASE["tokenizer"]["vocab_size"], "tokenizer_kind": "bpe",
+            "source": "hub", "hub": {"name": hub["hub"], "config": "", "documents": 1000},
+            "splits": {"train": {"tokens": 54_321}}}
+    (tmp_path / "prepared" / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.chdir(tmp_path)
+    assert plan("params.yaml")["corpus"]["train_tokens"] == 54_321
+    write_params(tmp_path / "params.yaml", data={**hub, "hub_documents": 2000})
+    assert plan("params.yaml")["corpus"]["train_tokens"] is None
+
+
+def test_estimate_from_raw_text(tmp_path, monkeypatch):
+    words = "the quick brown fox jumps over a lazy dog while seven kings sing".split()
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        lines = (" ".join(words[(j * 7 + i) % len(words):] + words[:3]) for j in range(300))
+        (data / f"doc{i}.txt").write_text("\n".join(lines) + "\n")
+    write_params(tmp_path / "params.yaml", tokenizer={"vocab_size": 300})
+    monkeypatch.chdir(tmp_path)
+    got = corpus_tokens(load_params("params.yaml"), Path("prepared"))
+    assert got.source.startswith("estimate")
+    # what the prepare stage would count
+    texts = [p.read_text() for p in sorted(data.glob("*.txt"))]
+    train, _ = split_documents(texts, BASE["data"]["val_fraction"])
+    true = len(encode(train_tokenizer(train, 300), train))
+    assert abs(got.tokens - true) / true < 0.15
+
+
+def test_estimate_from_a_hub_corpus(tmp_path, monkeypatch):
+    """A hub corpus: train.txt is the train split, one document per paragraph."""
+    words = "once upon a time a small cat found a red ball in the big garden".split()
+    stories = [" ".join(words[i % 7:] + words[: i % 5]) + "." for i in range(600)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.txt").write_text("\n\n".join(stories) + "\n")
+    (tmp_path / "data" / "validation.txt").write_text("\n\n".join(stories[:20]) + "\n")
+    write_params(tmp_path / "params.yaml", tokenizer={"vocab_size": 300},
+                 data={"hub": "roneneldan/TinyStories"})
+    monkeypatch.chdir(tmp_path)
+    got = corpus_tokens(load_params("params.yaml"), Path("prepared"))
+    assert got.source.startswith("estimate") and "(train.txt)" in got.source
+    true = len(encode(train_tokenizer(stories, 300), stories))  # ids + one EOS per story
+    assert abs(got.tokens - true) / true < 0.15
+
+
+def test_not_fetched_prints_the_fetch_command(tmp_path, monkeypatch, capsys):
+    write_params(tmp_path / "params.yaml",
+                 data={"hub": "Salesforce/wikitext", "hub_config": "wikitext-103-raw-v1"})
+    write_params(tmp_path / "other.yaml")
+    monkeypatch.chdir(tmp_path)
+    main(["params.yaml"])
+    out = capsys.readouterr().out
+    assert "hub dataset Salesforce/wikitext is not fetched" in out
+    assert "`python -m loopscope.corpus`" in out
+    main(["other.yaml"])
+    assert "`python -m loopscope.corpus --params other.yaml`" in capsys.readouterr().out
+    main(["params.yaml", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["corpus"]["train_tokens"] is None
+    assert all(c["steps"] == BASE["train"]["steps"] for c in result["cells"].values())
+
+
+def test_presets_exist():
+    assert {p.stem for p in PRESETS} >= {"paper_a_44m", "paper_a_129m",
+                                         "paper_b_tinystories", "paper_b_fineweb_edu"}
+
+
+# Parameter counts PAPERS.md gives, checked on what LoopedLM builds from each preset.
+# Paper A's reference code has a gated (3-matrix) FFN; LoopedLM's MLP has 2 matrices, so
+# its counts are 8 d^2 per core block lower: 35.5M for "44M", 100.5M for "129M". The
+# second test adds those back and must land on the paper's numbers.
+SIZES = {"paper_a_44m": (35e6, 55e6), "paper_a_129m": (95e6, 150e6),
+         "paper_b": (120e6, 150e6)}
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
+def test_preset_loads_and_plans_to_the_papers_size(path):
+    params = load_params(path)
+    low, high = next(v for k, v in SIZES.items() if path.stem.startswith(k))
+    for name in params.cells:
+        result = plan_cell(resolve_cell(params, name), None, "cuda")
+        assert low <= result["params"] <= high, (name, result["params"])
+        assert result["memory_bytes"]["total"] > 0
+    if path.stem.startswith("paper_a"):
+        assert list(params.cells) == PAPER_A_CELLS
+        assert params.seeds == [42, 43, 44]
+    else:
+        assert list(params.cells) == ["backbone"]
+
+
+@pytest.mark.parametrize("stem, paper", [("paper_a_44m", 44e6), ("paper_a_129m", 129e6)])
+def test_paper_a_presets_match_the_paper_with_a_gated_ffn(stem, paper):
+    params = load_params(ROOT / "presets" / f"{stem}.yaml")
+    model = resolve_cell(params, "perloop_normed").model
+    count = plan_cell(resolve_cell(params, "perloop_normed"), None)["params"]
+    gated = count + model.n_core * 4 * model.d_model**2  # the third FFN matrix per block
+    assert abs(gated - paper) / paper < 0.01
