@@ -106,3 +106,11 @@ def test_tied_head():
 def test_too_long_sequence_is_rejected():
     with pytest.raises(ValueError, match="model.context"):
         make()(tokens(t=17))
+
+
+def test_swiglu_ffn_adds_a_gate_matrix_per_block():
+    base = dict(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=2, loops=2)
+    gelu, swiglu = LoopedLM(ModelConfig(**base)), LoopedLM(ModelConfig(**base, ffn="swiglu"))
+    assert swiglu.num_params() - gelu.num_params() == 2 * 4 * 32 * 32
+    out = swiglu(torch.randint(0, 64, (2, 16)))
+    assert out.logits[-1].shape == (2, 16, 64) and torch.isfinite(out.logits[-1]).all()

@@ -206,11 +206,9 @@ def test_presets_exist():
                                          "paper_b_tinystories", "paper_b_fineweb_edu"}
 
 
-# Parameter counts PAPERS.md gives, checked on what LoopedLM builds from each preset.
-# Paper A's reference code has a gated (3-matrix) FFN; LoopedLM's MLP has 2 matrices, so
-# its counts are 8 d^2 per core block lower: 35.5M for "44M", 100.5M for "129M". The
-# second test adds those back and must land on the paper's numbers.
-SIZES = {"paper_a_44m": (35e6, 55e6), "paper_a_129m": (95e6, 150e6),
+# Parameter counts the papers give, checked on what LoopedLM builds from each preset
+# (paper A's counts imply a gated FFN, hence ffn: swiglu there).
+SIZES = {"paper_a_44m": (43.5e6, 44.5e6), "paper_a_129m": (127.5e6, 130.5e6),
          "paper_b": (120e6, 150e6)}
 
 
@@ -227,12 +225,3 @@ def test_preset_loads_and_plans_to_the_papers_size(path):
         assert params.seeds == [42, 43, 44]
     else:
         assert list(params.cells) == ["backbone"]
-
-
-@pytest.mark.parametrize("stem, paper", [("paper_a_44m", 44e6), ("paper_a_129m", 129e6)])
-def test_paper_a_presets_match_the_paper_with_a_gated_ffn(stem, paper):
-    params = load_params(ROOT / "presets" / f"{stem}.yaml")
-    model = resolve_cell(params, "perloop_normed").model
-    count = plan_cell(resolve_cell(params, "perloop_normed"), None)["params"]
-    gated = count + model.n_core * 4 * model.d_model**2  # the third FFN matrix per block
-    assert abs(gated - paper) / paper < 0.01

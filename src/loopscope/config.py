@@ -120,6 +120,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.block": ("prenorm", "sandwich"),
     "model.inject": ("none", "add", "concat_adapter"),
     "model.state_init": ("embed", "noise"),
+    "model.ffn": ("gelu", "swiglu"),
     "train.loss": ("final", "per_loop"),
     "train.depth": ("fixed", "lognormal"),
     "train.device": ("auto", "cpu", "cuda"),

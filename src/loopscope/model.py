@@ -41,6 +41,7 @@ class ModelConfig:
     inter_loop_norm: bool = False  # RMSNorm the state between loops
     inject: str = "none"  # none | add | concat_adapter (prelude output at every loop)
     state_init: str = "embed"  # embed (H_0 = prelude output) | noise
+    ffn: str = "gelu"  # gelu: two 4d matrices | swiglu: gated, three 4d matrices
     dropout: float = 0.0
 
 
@@ -76,15 +77,22 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+    """The feed-forward sub-block, 4x wide: GELU, or SwiGLU (a SiLU-gated third matrix,
+    which is what paper A's published parameter counts imply)."""
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.up = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
+        self.gate = (nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
+                     if cfg.ffn == "swiglu" else None)
         self.down = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False)
         self.down.residual = True
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.down(F.gelu(self.up(x))))
+        if self.gate is None:
+            return self.drop(self.down(F.gelu(self.up(x))))
+        return self.drop(self.down(F.silu(self.gate(x)) * self.up(x)))
 
 
 class Block(nn.Module):
