@@ -1,6 +1,7 @@
 # loopscope: two commands do all set-up on a fresh machine.
-#   make repro   venv + pinned deps + embedded corpus + `dvc repro` -> reports/html/*.html
+#   make repro   venv + pinned deps + corpus (params.yaml's data:) + `dvc repro` -> reports/html/*.html
 #   make test    venv + pinned deps + pytest
+#   make setup   venv + pinned deps only (e.g. before `dvc pull`)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -11,12 +12,14 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: repro test lint data clean-venv
+.PHONY: setup repro test lint data clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
+
+setup: $(STAMP)
 
 data: $(STAMP)
 	$(BIN)/python -m loopscope.corpus

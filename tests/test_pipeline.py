@@ -134,6 +134,28 @@ def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     assert "raw-readout" in text and "headline.json" in text and "ppl_final" in text
 
 
+def test_queued_sweep_runs_in_two_workers(repo):
+    """`dvc exp run --queue` + `dvc queue start -j 2`: every queued run succeeds in its
+    own copy of the workspace, and `dvc exp show` lists them with their headline."""
+    values = ["0.001", "0.01"]
+    for lam in values:
+        sh(["dvc", "exp", "run", "--queue", "-n", f"pen{lam}",
+            "-S", f"+cells.perloop_raw.train.norm_penalty={lam}"], repo)
+    sh(["dvc", "queue", "start", "-j", "2"], repo)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        status = sh(["dvc", "queue", "status"], repo).stdout
+        if "Queued" not in status and "Running" not in status:
+            break
+        time.sleep(5)
+    assert status.count("Success") == len(values), status
+    rows = json.loads(sh(["dvc", "exp", "show", "--json"], repo).stdout)
+    text = json.dumps(rows)
+    for lam in values:
+        assert f"pen{lam}" in text
+    assert text.count("ppl_final") >= len(values)
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("readout: normed", "readout: sideways",
      "'model.readout' is 'sideways'; allowed values: normed, raw, final_norm"),
