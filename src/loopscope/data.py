@@ -235,7 +235,7 @@ def document_pieces(docs: Iterable[str], max_chars: int | None = None) -> Iterat
         yield from pieces(doc, max_chars)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, kind: str = "bpe",
+def train_tokenizer(texts: list[str], vocab_size: int, kind: str = "bpe",
                     min_frequency: int = 0) -> Tokenizer:
     """Train the tokenizer of `tokenizer.kind` on texts.
 
