@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
@@ -50,14 +49,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from loopscope.config import CellConfig, Params, load_params, resolve_cell
-from loopscope.data import steps_for_epochs, train_tokenizer, train_windows
+from loopscope.config import CellConfig, Params, TrainConfig, load_params, resolve_cell
+from loopscope.corpus import held_source
+from loopscope.data import Corpus, steps_for_epochs, train_tokenizer, train_windows
 from loopscope.model import LoopedLM, ModelConfig
+from loopscope.train import Depth
 
 GIB = 1024**3
 SAMPLE_BYTES = 2_000_000  # text the estimate's tokenizer sees: seconds, even at 32k BPE
 HELD_OUT = 0.1  # tail of the sample the tokens-per-byte ratio is measured on
-DEPTH_SAMPLES = 100_000
+DEPTH_SAMPLES = 20_000  # ~0.3 s through the training sampler
 DEPTH_SEED = 0  # fixed, so the printed percentile is the same on every run
 
 
@@ -77,17 +78,15 @@ def num_params(model: ModelConfig) -> int:
 
 
 def depth_stats(loops: int, depth: str, sigma: float) -> tuple[float, int]:
-    """(mean, 99th percentile) of the per-step recursion count.
+    """(mean, 99th percentile) of the per-step recursion count, drawn from the training
+    loop's own sampler (loopscope.train.Depth) with a fixed seed.
 
-    lognormal is paper B's randomized depth: r = 1 + Poisson(lam),
-    lam ~ LogNormal(ln(loops - 1) - sigma^2 / 2, sigma), so E[r] = loops. The tail is
-    what sets the memory of the deepest steps, hence the percentile.
+    The tail is what sets the memory of the deepest steps, hence the percentile.
     """
     if depth != "lognormal":
         return float(loops), loops
-    rng = np.random.default_rng(DEPTH_SEED)
-    lam = rng.lognormal(math.log(loops - 1) - sigma**2 / 2, sigma, DEPTH_SAMPLES)
-    r = 1 + rng.poisson(lam)
+    sampler = Depth(TrainConfig(depth=depth, depth_sigma=sigma, seed=DEPTH_SEED), loops)
+    r = np.array([sampler.next() for _ in range(DEPTH_SAMPLES)])
     return float(r.mean()), int(np.ceil(np.quantile(r, 0.99)))
 
 
@@ -211,26 +210,24 @@ def estimate_tokens(params: Params, data_dir: Path) -> CorpusTokens:
     tokenizer compresses too well (on Shakespeare at vocab 2048: -1.7% in-sample,
     +0.4% held out, against the prepared count).
     """
-    d, tk = params.data, params.tokenizer
-    train_file = data_dir / "train.txt"
-    if train_file.is_file():
-        files = [train_file]
-        has_val = (data_dir / "validation.txt").is_file()
-        fraction = 1.0 if has_val else 1 - d.val_fraction
-        what = "train.txt" if has_val else "train.txt x (1 - val_fraction)"
+    tk = params.tokenizer
+    corpus = Corpus(data_dir, params.data.val_fraction)  # the prepare stage's layouts
+    hub = corpus.layout == "splits"
+    files = [corpus.train_file] if hub else corpus.paths
+    if not hub:
+        what = f"{len(files)} .txt files x (1 - val_fraction)"
     else:
-        files = sorted(p for p in data_dir.rglob("*.txt") if p.is_file())
-        fraction, what = 1 - d.val_fraction, f"{len(files)} .txt files x (1 - val_fraction)"
+        what = "train.txt" if corpus.val_file else "train.txt x (1 - val_fraction)"
     text, n = _sample_text(files, SAMPLE_BYTES)
     cut = int(len(text) * (1 - HELD_OUT))
     tok = train_tokenizer([text[:cut]], tk.vocab_size, tk.kind, tk.min_frequency)
     held = text[cut:]
     tokens = len(tok.encode(held).ids)
-    if train_file.is_file():  # documents are paragraphs, each ends with end-of-text
+    if hub:  # documents are paragraphs, each ends with end-of-text
         tokens += sum(1 for doc in re.split(r"\n\s*\n", held) if doc.strip())
     per_byte = tokens / max(1, len(held.encode()))
-    total_bytes = sum(p.stat().st_size for p in files) * fraction
-    eos = 0 if train_file.is_file() else len(files)
+    total_bytes = corpus.size("train")
+    eos = 0 if hub else len(files)
     return CorpusTokens(int(per_byte * total_bytes) + eos,
                         f"estimate: {per_byte:.3f} tokens/byte on a {n / 1e6:.1f} MB sample "
                         f"x {total_bytes / 1e6:,.1f} MB ({what})")
@@ -252,9 +249,9 @@ def corpus_tokens(params: Params, prepared: Path = Path("prepared"),
         except (ValueError, KeyError, TypeError, AttributeError):
             why_not = f"{meta_path} not used: unreadable; "
     data_dir = Path(params.data.dir)
-    fetched = (data_dir / "train.txt").is_file() if params.data.hub else (
-        data_dir.is_dir() and any(p.is_file() for p in data_dir.rglob("*.txt")))
-    if fetched:
+    held = held_source(data_dir)
+    if held == "hub" if params.data.hub else (
+            held in ("embedded", "files") and any(p.is_file() for p in data_dir.rglob("*.txt"))):
         found = estimate_tokens(params, data_dir)
         return CorpusTokens(found.tokens, why_not + found.source)
     what = f"hub dataset {params.data.hub}" if params.data.hub else "corpus"
