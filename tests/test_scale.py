@@ -22,6 +22,20 @@ BACKBONE = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_prelu
                        state_init="noise")
 
 
+class Rows:
+    """A stand-in for DVCLive that keeps the logged rows as [step, name, value]."""
+
+    def __init__(self) -> None:
+        self.rows: list[list] = []
+        self.step = 0
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.rows.append([self.step, name, value])
+
+    def next_step(self) -> None:
+        pass
+
+
 def corpus() -> torch.Tensor:
     torch.manual_seed(0)
     base = torch.arange(4000) % 17
@@ -60,16 +74,6 @@ def test_truncated_backprop_builds_a_graph_for_the_last_loops_only():
 
 
 def test_randomized_depth_training_logs_the_sampled_depth():
-    class Rows:
-        def __init__(self):
-            self.rows, self.step = [], 0
-
-        def log_metric(self, name, value):
-            self.rows.append((self.step, name, value))
-
-        def next_step(self):
-            pass
-
     live = Rows()
     cfg = TrainConfig(loss="final", depth="lognormal", backprop_loops=2, steps=12,
                       batch_size=4, warmup_steps=2, threads=1, log_every=1)
@@ -119,15 +123,11 @@ def test_bf16_autocast_trains_on_cpu():
 DDP_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, {tests!r})
-from test_scale import corpus, MODEL, ddp_config
+from test_scale import corpus, MODEL, Rows, ddp_config
 from loopscope.train import init_distributed, train_cell, world
 from loopscope.config import CellConfig
 cfg = ddp_config(processes=2)
 init_distributed(cfg)
-class Rows:
-    rows, step = [], 0
-    def log_metric(self, name, value): self.rows.append([self.step, name, value])
-    def next_step(self): pass
 live = Rows()
 model, summary = train_cell(CellConfig("tiny", MODEL, cfg), corpus(), live)
 if world()[0] == 0:
@@ -142,16 +142,6 @@ def ddp_config(processes: int) -> TrainConfig:
 
 
 def test_two_gloo_processes_follow_one_process(tmp_path):
-    class Rows:
-        def __init__(self):
-            self.rows, self.step = [], 0
-
-        def log_metric(self, name, value):
-            self.rows.append([self.step, name, value])
-
-        def next_step(self):
-            pass
-
     live = Rows()
     model, _ = train_cell(CellConfig("tiny", MODEL, ddp_config(1)), corpus(), live)
     script = tmp_path / "ddp.py"
