@@ -2,23 +2,26 @@
 measure the change in cross-entropy per loop (mean over the cell's seeds)."""
 
 import sys
-from pathlib import Path
 
-from loopscope.config import load_params
+from loopscope import paths
 from loopscope.diagnostics import clamp_effect
-from loopscope.stage import mean_over_runs, run, trained_runs, write_json
+from loopscope.errors import run, write_json
+from loopscope.params import load_params
+from loopscope.runs import mean_over_runs, trained_runs
 
 
 def main() -> None:
     name = sys.argv[1]
     params = load_params()
-    results = [clamp_effect(model, x, y, params.diagnose.batch_size)
-               for _, model, _, x, y in trained_runs(name, params.diagnose.val_sequences)]
+    results = []
+    for r in trained_runs(name, params.diagnose.val_sequences):
+        with r.compute.autocast():
+            results.append(clamp_effect(r.model, r.x, r.y, params.diagnose.batch_size))
     result = mean_over_runs(results)
-    write_json(Path("metrics/clamp") / f"{name}.json", result)
-    last = max(result["ce"], key=lambda k: int(k[1:]))
-    print(f"clamp {name}: final-loop CE {result['ce'][last]:.4f} -> "
-          f"{result['ce_clamped'][last]:.4f} (delta {result['delta_ce'][last]:+.4f})")
+    write_json(paths.metrics_file("clamp", name), result)
+    last = max(result["ce_readout"], key=lambda k: int(k[1:]))
+    print(f"clamp {name}: final-loop CE {result['ce_readout'][last]:.4f} -> "
+          f"{result['ce_readout_clamped'][last]:.4f} (delta {result['delta_ce'][last]:+.4f})")
 
 
 if __name__ == "__main__":

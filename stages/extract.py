@@ -2,21 +2,23 @@
 run of the cell to extracts/<cell>/seed<N>/ (format: loopscope.diagnostics.Extract)."""
 
 import sys
-from pathlib import Path
 
-from loopscope.config import load_params
+from loopscope import paths
 from loopscope.diagnostics import write_extract
-from loopscope.stage import run, trained_runs
+from loopscope.errors import run
+from loopscope.params import load_params
+from loopscope.runs import trained_runs
 
 
 def main() -> None:
     name = sys.argv[1]
     params = load_params()
-    for tag, model, _, x, y in trained_runs(name, params.extract.val_sequences):
-        ext = write_extract(model, x, y, params.extract.batch_size,
-                            Path("extracts") / name / tag, name)
-        print(f"extract {name} {tag}: {ext.meta['tokens']:,} tokens x "
-              f"{ext.meta['loops'] + 1} states -> extracts/{name}/{tag}/")
+    for r in trained_runs(name, params.extract.val_sequences):
+        out = paths.extract_dir(name, r.tag)
+        with r.compute.autocast():
+            ext = write_extract(r.model, r.x, r.y, params.extract.batch_size, out, name)
+        print(f"extract {name} {r.tag}: {ext.meta['tokens']:,} tokens x "
+              f"{ext.meta['loops'] + 1} states -> {out}/")
 
 
 if __name__ == "__main__":

@@ -6,24 +6,24 @@ final-loop mean hidden-state norm and perplexity at the training depth.
 """
 
 import json
-from pathlib import Path
 
-from loopscope.config import load_params, resolve_cell
-from loopscope.data import DataError
-from loopscope.stage import run, write_json
+from loopscope import paths
+from loopscope.errors import DataError, run, write_json
+from loopscope.params import load_params, resolve_cell
 
 
 def main() -> None:
     params = load_params()
     rows = {}
     for name in params.cells:
-        path = Path("metrics/diagnose") / f"{name}.json"
+        path = paths.metrics_file("diagnose", name)
         if not path.is_file():
             raise DataError(f"{path}: not found; run `dvc repro diagnose@{name}`.")
         diag = json.loads(path.read_text())
         last = f"k{resolve_cell(params, name).model.loops}"
-        rows[name] = {"norm_final": diag["norm_mean"][last], "ppl_final": diag["ppl"][last]}
-    write_json("metrics/headline.json", rows)
+        rows[name] = {"norm_final": diag["norm_mean"][last],
+                      "ppl_final": diag["ppl_at_depth"][last]}
+    write_json(paths.HEADLINE, rows)
     print("headline: " + ", ".join(f"{n} ppl {r['ppl_final']:.1f} norm {r['norm_final']:.1f}"
                                    for n, r in rows.items()))
 

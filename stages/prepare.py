@@ -7,10 +7,12 @@ original default (own files, bpe), whose prepared/ thus stays byte for byte as b
 
 from pathlib import Path
 
-from loopscope.config import load_params
+from loopscope import paths
 from loopscope.corpus import check_source
-from loopscope.data import Corpus, document_pieces, encode, train_tokenizer, write_prepared
-from loopscope.stage import run
+from loopscope.data import Corpus, write_prepared
+from loopscope.errors import run
+from loopscope.params import load_params
+from loopscope.tokenizer import document_pieces, encode, train_tokenizer
 
 
 def main() -> None:
@@ -33,7 +35,7 @@ def main() -> None:
         extra["source"] = "files"
     if "source" in extra:
         extra["tokenizer_kind"] = kind
-    meta = write_prepared(Path("prepared"), tok, splits, extra)
+    meta = write_prepared(paths.PREPARED, tok, splits, extra)
     print(f"prepare: {corpus.document_count} documents, {kind} vocab {meta['vocab_size']}, "
           + ", ".join(f"{k} {v['tokens']:,} tokens" for k, v in meta["splits"].items()))
 

@@ -14,24 +14,18 @@ Only rank 0 writes logs, checkpoints and metrics.
 import contextlib
 import os
 import sys
-from pathlib import Path
 from statistics import mean
 
 import torch
 import torch.distributed as dist
 from dvclive import Live
 
-from loopscope.config import load_cell, load_params
+from loopscope import compute, paths
+from loopscope.checkpoint import discard_resume, save_model
+from loopscope.config import load_cell
 from loopscope.data import check_context, load_meta, load_tokens
-from loopscope.stage import run, seed_tag, write_json
-from loopscope.train import (
-    discard_resume,
-    init_distributed,
-    resolve_device,
-    save_checkpoint,
-    train_cell,
-    world,
-)
+from loopscope.errors import run, write_json
+from loopscope.train import init_distributed, train_cell, world
 
 
 class RunLog:
@@ -58,11 +52,9 @@ class RunLog:
 
 def main() -> None:
     name = sys.argv[1]
-    load_params()  # fail on a bad params.yaml before anything else
-    cell = load_cell(Path("configs") / f"{name}.json")
-    prepared = Path("prepared")
-    check_context(load_meta(prepared), cell.model.context)  # before any step, not in diagnose
-    resolve_device(cell.train)  # a missing GPU fails here, before torchrun starts
+    cell = load_cell(paths.config_file(name))  # configure validated params.yaml
+    check_context(load_meta(paths.PREPARED), cell.model.context)  # before any step
+    compute.resolve(cell.train)  # a missing GPU fails here, before torchrun starts
     if cell.train.processes > 1 and "LOCAL_RANK" not in os.environ:
         args = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={cell.train.processes}", __file__, name]
@@ -70,19 +62,18 @@ def main() -> None:
         os.execv(sys.executable, args)
     init_distributed(cell.train)
     rank = world()[0]
-    tokens = torch.from_numpy(load_tokens(prepared, "train"))
+    tokens = torch.from_numpy(load_tokens(paths.PREPARED, "train"))
     runs = {}
-    live_log = (Live(dir=f"dvclive/{name}", dvcyaml=None, save_dvc_exp=False) if rank == 0
-                else contextlib.nullcontext())
+    live_log = (Live(dir=str(paths.dvclive_dir(name)), dvcyaml=None, save_dvc_exp=False)
+                if rank == 0 else contextlib.nullcontext())
     with live_log as live:
         for seed in cell.seeds:
-            tag = seed_tag(seed)
+            tag = paths.seed_tag(seed)
             run_cell = cell.for_seed(seed)
-            resume = Path("checkpoints") / name / tag / "last.pt"
+            resume = paths.resume_file(name, seed)
             model, summary = train_cell(run_cell, tokens, live and RunLog(live, tag), resume)
             if rank == 0:
-                save_checkpoint(Path("models") / name / f"{tag}.pt", model, run_cell,
-                                {"summary": summary})
+                save_model(paths.model_file(name, seed), model, run_cell, {"summary": summary})
                 discard_resume(resume)
             runs[tag] = {k: v for k, v in summary.items() if k != "config"}
     if dist.is_initialized():
@@ -90,7 +81,7 @@ def main() -> None:
         dist.destroy_process_group()
     if rank != 0:
         return
-    write_json(Path("metrics/train") / f"{name}.json", {
+    write_json(paths.metrics_file("train", name), {
         "final_loss": mean(r["final_loss"] for r in runs.values()),
         "train_seconds": round(sum(r["train_seconds"] for r in runs.values()), 2),
         "tokens_per_second": round(mean(r["tokens_per_second"] for r in runs.values()), 1),

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopscope.config import CHOICES, ParamsError, load_params, parse_params, resolve_cell
+from loopscope.config import CellConfig
+from loopscope.depth import SAMPLERS
+from loopscope.params import CHOICES, ParamsError, load_params, parse_params, resolve_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -150,7 +152,6 @@ def test_resolved_bytes_change_only_for_affected_cells():
 
 
 def test_cell_config_round_trips():
-    from loopscope.config import CellConfig
     cell = resolve_cell(parse_params(BASE), "perloop_raw")
     assert CellConfig.from_json(cell.to_json()) == cell
 
@@ -192,3 +193,12 @@ def test_epochs_replace_steps():
     raw = with_("train.epochs", 2.5, with_("train.steps", 0))
     cell = resolve_cell(parse_params(raw), "perloop_raw")
     assert cell.train.epochs == 2.5 and cell.train.steps == 0
+
+
+def test_option_values_are_declared_once_as_literal_types():
+    # the enumerations come from the dataclass field types, the depth samplers agree
+    assert CHOICES["model.readout"] == ("normed", "raw", "final_norm")
+    assert CHOICES["train.loss"] == ("final", "per_loop")
+    assert set(CHOICES["train.depth"]) == set(SAMPLERS)
+    assert {"tokenizer.kind", "train.device", "train.precision", "model.block",
+            "model.inject", "model.state_init", "model.ffn"} <= set(CHOICES)

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from loopscope import corpus
-from loopscope.config import DataConfig
 from loopscope.corpus import (
     CorpusError,
     check_source,
@@ -22,6 +21,7 @@ from loopscope.corpus import (
     write_hub_splits,
 )
 from loopscope.data import paragraphs
+from loopscope.params import DataConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

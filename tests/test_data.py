@@ -9,23 +9,19 @@ import pytest
 import torch
 import yaml
 
-from loopscope import data
+from loopscope import tokenizer
 from loopscope.data import (
-    EOS,
     Batches,
-    DataError,
-    document_pieces,
-    encode,
+    Corpus,
+    corpus_paths,
     load_tokenizer,
     load_tokens,
     paragraphs,
-    pieces,
-    read_documents,
-    split_documents,
-    train_tokenizer,
     val_windows,
     write_prepared,
 )
+from loopscope.errors import DataError
+from loopscope.tokenizer import EOS, document_pieces, encode, pieces, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "".join(f"Line {i}: to be, or not to be, that is the question.\n" for i in range(200))
@@ -42,11 +38,22 @@ def prepared(tmp_path):
     return tmp_path, tok, splits
 
 
-def test_split_cuts_every_document_at_a_line():
+def legacy_split(texts: list[str], val_fraction: float) -> tuple[list[str], list[str]]:
+    """The whole-text reference: the last val_fraction of each text, cut at a line."""
+    cuts = [t.rfind("\n", 0, int(len(t) * (1 - val_fraction))) + 1 for t in texts]
+    return ([t[:c] for t, c in zip(texts, cuts, strict=True)],
+            [t[c:] for t, c in zip(texts, cuts, strict=True)])
+
+
+def test_split_cuts_every_document_at_a_line(tmp_path):
     docs = ["a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n", "x\n" * 20]
-    train, val = split_documents(docs, 0.1)
+    for i, doc in enumerate(docs):
+        (tmp_path / f"{i}.txt").write_text(doc)
+    corpus = Corpus(tmp_path, 0.1)
+    train, val = list(corpus.documents("train")), list(corpus.documents("val"))
     assert [t + v for t, v in zip(train, val, strict=True)] == docs
     assert all(t.endswith("\n") and v for t, v in zip(train, val, strict=True))
+    assert (train, val) == legacy_split(docs, 0.1)
 
 
 def test_tokenizer_round_trips_and_is_deterministic():
@@ -97,10 +104,10 @@ def test_altered_tokenizer_is_detected(prepared):
 
 def test_missing_corpus_says_what_to_do(tmp_path):
     with pytest.raises(DataError, match="corpus directory not found.*make repro"):
-        read_documents(tmp_path / "data")
+        corpus_paths(tmp_path / "data")
     (tmp_path / "data").mkdir()
     with pytest.raises(DataError, match="no .txt files"):
-        read_documents(tmp_path / "data")
+        corpus_paths(tmp_path / "data")
 
 
 def test_batches_are_reproducible_and_shifted():
@@ -143,8 +150,8 @@ def test_pieces_give_what_whole_documents_give(monkeypatch, kind):
     docs = [TRICKY, TEXT, "", "a"]
     whole = train_tokenizer(docs, 300, kind, 2)
     assert train_tokenizer(document_pieces(docs, 40), 300, kind, 2).to_str() == whole.to_str()
-    monkeypatch.setattr(data, "PIECE_CHARS", 40)
-    monkeypatch.setattr(data, "BATCH_CHARS", 500)
+    monkeypatch.setattr(tokenizer, "PIECE_CHARS", 40)
+    monkeypatch.setattr(tokenizer, "BATCH_CHARS", 500)
     np.testing.assert_array_equal(encode(whole, iter(docs)), legacy_encode(whole, docs))
 
 
@@ -211,12 +218,12 @@ def test_prepare_holds_out_the_tail_of_a_hub_train_split(tmp_path, monkeypatch, 
 def test_prepare_of_own_files_with_bpe_is_unchanged(tmp_path, monkeypatch):
     """The default path gives what it gave before streaming, in small pieces too, and
     meta.json keeps its keys: the committed prepared/ of the default run stays valid."""
-    monkeypatch.setattr(data, "PIECE_CHARS", 64)
-    monkeypatch.setattr(data, "BATCH_CHARS", 1000)
+    monkeypatch.setattr(tokenizer, "PIECE_CHARS", 64)
+    monkeypatch.setattr(tokenizer, "BATCH_CHARS", 1000)
     files = {"a.txt": TRICKY, "b.txt": TEXT}
     meta = prepare(tmp_path, monkeypatch, files)
-    docs = [text for _, text in read_documents(tmp_path / "data")]
-    train, val = split_documents(docs, 0.1)
+    docs = [p.read_text() for p in corpus_paths(tmp_path / "data")]
+    train, val = legacy_split(docs, 0.1)
     tok = train_tokenizer(train, 300)
     assert (tmp_path / "prepared" / "tokenizer.json").read_text() == tok.to_str()
     for split, texts in (("train", train), ("val", val)):

@@ -6,6 +6,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_model as model
 
 from loopscope.diagnostics import (
     angular_step,
@@ -19,14 +20,6 @@ from loopscope.diagnostics import (
     update_metrics,
     write_extract,
 )
-from loopscope.model import LoopedLM, ModelConfig
-
-CFG = dict(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
-
-
-def model(**overrides) -> LoopedLM:
-    torch.manual_seed(0)
-    return LoopedLM(ModelConfig(**{**CFG, **overrides})).eval()
 
 
 def data(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:

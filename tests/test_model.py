@@ -1,20 +1,14 @@
 """LoopedLM behaviour: shapes, loop count, and what each readout can see."""
 
+import dataclasses
+
 import pytest
 import torch
+from conftest import TINY
+from conftest import tiny_model as make
+from conftest import tiny_tokens as tokens
 
-from loopscope.model import LoopedLM, ModelConfig
-
-TINY = dict(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
-
-
-def make(**overrides) -> LoopedLM:
-    torch.manual_seed(0)
-    return LoopedLM(ModelConfig(**{**TINY, **overrides})).eval()
-
-
-def tokens(b: int = 2, t: int = 16) -> torch.Tensor:
-    return torch.randint(0, TINY["vocab_size"], (b, t), generator=torch.Generator().manual_seed(1))
+from loopscope.model import LoopedLM, schedule
 
 
 def test_shapes_and_loop_count():
@@ -109,8 +103,22 @@ def test_too_long_sequence_is_rejected():
 
 
 def test_swiglu_ffn_adds_a_gate_matrix_per_block():
-    base = dict(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=2, loops=2)
-    gelu, swiglu = LoopedLM(ModelConfig(**base)), LoopedLM(ModelConfig(**base, ffn="swiglu"))
+    base = dataclasses.replace(TINY, n_core=2, loops=2)
+    gelu = LoopedLM(base)
+    swiglu = LoopedLM(dataclasses.replace(base, ffn="swiglu"))
     assert swiglu.num_params() - gelu.num_params() == 2 * 4 * 32 * 32
     out = swiglu(torch.randint(0, 64, (2, 16)))
     assert out.logits[-1].shape == (2, 16, 64) and torch.isfinite(out.logits[-1]).all()
+
+
+@pytest.mark.parametrize("loops, read, grad, frozen, reads", [
+    (4, "all", 0, 0, (1, 2, 3, 4)), (4, "last", 0, 0, (4,)), (4, "none", 0, 0, ()),
+    (6, "all", 2, 4, (5, 6)), (6, "last", 2, 4, (6,)), (3, "all", 5, 0, (1, 2, 3)),
+])
+def test_schedule_says_which_loops_build_a_graph_and_are_read(loops, read, grad, frozen,
+                                                               reads):
+    s = schedule(loops, read, grad)
+    assert (s.frozen, s.read, s.graph_loops) == (frozen, reads, loops - frozen)
+    out = make().train()(tokens(), loops=loops, read=read, grad_loops=grad)
+    assert tuple(k for k, lg in enumerate(out.logits, 1) if lg is not None) == reads
+    assert [h.requires_grad for h in out.states] == [k > frozen for k in range(1, loops + 1)]

@@ -74,7 +74,7 @@ def test_repro_writes_report_and_finite_metrics(repo):
     assert "<img" in html.read_text()  # the seaborn figure is embedded
     for cell in CELLS:
         metrics = json.loads((repo / "metrics" / "diagnose" / f"{cell}.json").read_text())
-        assert set(metrics["ppl"]) == {"k1", "k2", "k3", "k4"}
+        assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3", "k4"}
         values = [v for group in metrics.values() if isinstance(group, dict)
                   for v in group.values()]
         assert values and all(math.isfinite(v) for v in values)
@@ -92,7 +92,7 @@ def test_repro_writes_report_and_finite_metrics(repo):
     # resume checkpoints are deleted once their cell is done
     assert not [p for p in (repo / "checkpoints").rglob("*") if p.is_file()]
     shown = sh(["dvc", "metrics", "show", "--json"], repo).stdout
-    assert "norm_mean" in shown and "ppl" in shown
+    assert "norm_mean" in shown and "ppl_at_depth" in shown
     headline = json.loads((repo / "metrics" / "headline.json").read_text())
     assert set(headline) == set(CELLS)
     assert all(math.isfinite(v) for row in headline.values() for v in row.values())

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopscope.config import CellConfig, TrainConfig, load_params, resolve_cell
-from loopscope.data import encode, split_documents, steps_for_epochs, train_tokenizer
+from loopscope.config import CellConfig, TrainConfig
+from loopscope.data import Corpus, steps_for_epochs
 from loopscope.model import LoopedLM, ModelConfig
-from loopscope.plan import corpus_tokens, depth_stats, main, plan, plan_cell
+from loopscope.params import load_params, resolve_cell
+from loopscope.plan import corpus_tokens, main, plan, plan_cell
+from loopscope.tokenizer import encode, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -90,11 +92,13 @@ def test_memory_grows_with_batch_loops_and_per_loop_loss():
 
 
 def test_lognormal_depth_has_mean_loops_and_a_deeper_tail():
-    mean, p99 = depth_stats(8, "lognormal", 0.5)
-    assert abs(mean - 8) < 0.1
-    assert p99 > 8
-    assert depth_stats(8, "lognormal", 0.5) == (mean, p99)  # fixed seed
-    assert depth_stats(4, "fixed", 0.5) == (4.0, 4)
+    model = dataclasses.replace(tiny_cell().model, loops=8)
+    cell = CellConfig("t", model, TrainConfig(depth="lognormal", depth_sigma=0.5))
+    planned = plan_cell(cell, None, "cpu")
+    assert abs(planned["depth_mean"] - 8) < 0.1 and planned["depth_p99"] > 8
+    assert plan_cell(cell, None, "cpu")["depth_p99"] == planned["depth_p99"]  # fixed seed
+    fixed = plan_cell(dataclasses.replace(cell, train=TrainConfig()), None, "cpu")
+    assert (fixed["depth_mean"], fixed["depth_p99"]) == (8.0, 8)
 
 
 def test_epoch_steps_from_prepared_meta(tmp_path, monkeypatch):
@@ -162,8 +166,7 @@ def test_estimate_from_raw_text(tmp_path, monkeypatch):
     got = corpus_tokens(load_params("params.yaml"), Path("prepared"))
     assert got.source.startswith("estimate")
     # what the prepare stage would count
-    texts = [p.read_text() for p in sorted(data.glob("*.txt"))]
-    train, _ = split_documents(texts, BASE["data"]["val_fraction"])
+    train = list(Corpus(data, BASE["data"]["val_fraction"]).documents("train"))
     true = len(encode(train_tokenizer(train, 300), train))
     assert abs(got.tokens - true) / true < 0.15
 

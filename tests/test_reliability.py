@@ -20,23 +20,20 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import tiny_cell as cell
+from conftest import tiny_corpus as corpus
 from test_pipeline import ROOT, copy_repo, sh, sh_env
-from test_train import cell, corpus
 
-from loopscope.config import load_params, resolve_cell
-from loopscope.data import DataError, check_context, temp_path
-from loopscope.stage import run, write_json
-from loopscope.train import (
-    CheckpointError,
-    discard_resume,
-    load_checkpoint,
-    save_checkpoint,
-    train_cell,
-)
+from loopscope import paths
+from loopscope.checkpoint import discard_resume, load_model, save_model
+from loopscope.data import check_context
+from loopscope.errors import CheckpointError, DataError, run, temp_path, write_json
+from loopscope.params import load_params, resolve_cell
+from loopscope.train import train_cell
 
 CELL = "perloop_raw"  # the cell the end-to-end tests train
 TIMINGS = ("train_seconds", "tokens_per_second")  # legitimately differ between runs
-MODEL = "{repo}/models/perloop_raw/seed42.pt"  # its trained model (the default seed)
+SEED = 42  # the default seed
 
 
 class Killed(Exception):
@@ -121,15 +118,15 @@ def test_damaged_resume_checkpoint_is_ignored_with_a_note(tmp_path, capsys):
 
 
 def test_discard_resume_removes_file_temp_and_folder(tmp_path):
-    path = tmp_path / "checkpoints" / "tiny" / "seed42" / "last.pt"
+    path = tmp_path / paths.resume_file("tiny", 42)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"x")
     temp_path(path).write_bytes(b"partial")  # a kill during a checkpoint write
-    other = tmp_path / "checkpoints" / "other" / "seed42" / "last.pt"
+    other = tmp_path / paths.resume_file("other", 42)
     other.parent.mkdir(parents=True)
     other.write_bytes(b"y")
     discard_resume(path)
-    assert not (tmp_path / "checkpoints" / "tiny").exists()
+    assert not (tmp_path / paths.CHECKPOINTS / "tiny").exists()
     assert other.is_file()  # another cell's run is untouched
     discard_resume(path)  # nothing left: no error
 
@@ -138,8 +135,8 @@ def test_discard_resume_removes_file_temp_and_folder(tmp_path):
 
 def test_altered_weights_in_a_checkpoint_are_detected(tmp_path):
     model, _ = train_cell(cell(steps=3), corpus())
-    path = tmp_path / "models" / "tiny" / "seed42.pt"  # models/<cell>/seed<N>.pt
-    save_checkpoint(path, model, cell(steps=3), {})
+    path = tmp_path / paths.model_file("tiny", 42)
+    save_model(path, model, cell(steps=3), {})
     raw = bytearray(path.read_bytes())
     at = raw.find(model.state_dict()["embed.weight"].numpy().tobytes()[:64])
     assert at > 0
@@ -147,7 +144,7 @@ def test_altered_weights_in_a_checkpoint_are_detected(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(CheckpointError, match=r"seed42.pt: checksum does not match its "
                        r"contents .*`dvc repro -f train@tiny`"):
-        load_checkpoint(path)
+        load_model(path)
 
 
 def test_context_longer_than_a_split_fails_before_training():
@@ -165,11 +162,11 @@ def test_train_stage_checks_the_context_before_reading_tokens(tmp_path, monkeypa
     shutil.copy(ROOT / "tests" / "micro_params.yaml", tmp_path / "params.yaml")
     monkeypatch.chdir(tmp_path)
     config = resolve_cell(load_params(), CELL)
-    (tmp_path / "configs").mkdir()
-    (tmp_path / "configs" / f"{CELL}.json").write_text(config.to_json())
-    (tmp_path / "prepared").mkdir()  # meta.json of a tiny validation split, no token files
+    (tmp_path / paths.CONFIGS).mkdir()
+    (tmp_path / paths.config_file(CELL)).write_text(config.to_json())
+    (tmp_path / paths.PREPARED).mkdir()  # meta.json of a tiny validation split, no tokens
     splits = {"train": {"tokens": 10**6}, "val": {"tokens": config.model.context}}
-    (tmp_path / "prepared" / "meta.json").write_text(json.dumps({"splits": splits}))
+    (tmp_path / paths.PREPARED / "meta.json").write_text(json.dumps({"splits": splits}))
     monkeypatch.setattr("sys.argv", ["train.py", CELL])
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
@@ -189,7 +186,7 @@ def test_missing_corpus_stops_prepare_with_what_to_do(tmp_path, monkeypatch):
         runpy.run_path(str(ROOT / "stages" / "prepare.py"), run_name="__main__")
     assert str(exit_.value.code).startswith("error: data/: corpus directory not found. Run "
                                             "`make repro`")
-    assert not (tmp_path / "prepared").exists()
+    assert not (tmp_path / paths.PREPARED).exists()
 
 
 def test_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
@@ -222,13 +219,13 @@ def micro_repo(tmp_path: Path, **train) -> Path:
 
 def outputs(repo: Path) -> dict:
     """What a train run leaves: metrics less timings, weights, the DVCLive files."""
-    metrics = json.loads((repo / "metrics" / "train" / f"{CELL}.json").read_text())
+    metrics = json.loads((repo / paths.metrics_file("train", CELL)).read_text())
     metrics["runs"] = {tag: {k: v for k, v in run.items() if k not in TIMINGS}
                        for tag, run in metrics["runs"].items()}
     live = repo / "dvclive" / CELL
     return {
         "metrics": {k: v for k, v in metrics.items() if k not in TIMINGS},
-        "weights": torch.load(MODEL.format(repo=repo), weights_only=True)["model"],
+        "weights": torch.load(repo / paths.model_file(CELL, SEED), weights_only=True)["model"],
         "dvclive": {str(p.relative_to(live)): p.read_bytes()
                     for p in sorted(live.rglob("*")) if p.is_file()},
     }
@@ -240,7 +237,7 @@ def test_sigkill_then_repro_resumes_to_the_same_result(tmp_path):
     stage = ["dvc", "repro", f"train@{CELL}"]
     job = subprocess.Popen(stage, cwd=repo, env=sh_env(), start_new_session=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    resume = repo / "checkpoints" / CELL / "seed42" / "last.pt"
+    resume = repo / paths.resume_file(CELL, SEED)
     deadline = time.monotonic() + 120
     while not resume.exists() and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -249,8 +246,8 @@ def test_sigkill_then_repro_resumes_to_the_same_result(tmp_path):
 
     # Killed midway: a resume checkpoint, no output, nothing recorded by DVC as done.
     assert resume.is_file()
-    assert not Path(MODEL.format(repo=repo)).exists()
-    assert not (repo / "metrics" / "train" / f"{CELL}.json").exists()
+    assert not (repo / paths.model_file(CELL, SEED)).exists()
+    assert not (repo / paths.metrics_file("train", CELL)).exists()
     lock = repo / "dvc.lock"
     assert not lock.exists() or f"train@{CELL}" not in lock.read_text()
 
@@ -273,11 +270,11 @@ def test_same_params_and_seed_give_identical_metrics(tmp_path):
     target = f"diagnose@{CELL}"
     sh(["dvc", "repro", target], repo)
     first = outputs(repo)
-    diagnose = (repo / "metrics" / "diagnose" / f"{CELL}.json").read_bytes()
+    diagnose = (repo / paths.metrics_file("diagnose", CELL)).read_bytes()
     out = sh(["dvc", "repro", "-f", target], repo).stdout  # prepare, train, diagnose again
     assert "Running stage 'prepare'" in out and f"Running stage 'train@{CELL}'" in out
     second = outputs(repo)
-    assert (repo / "metrics" / "diagnose" / f"{CELL}.json").read_bytes() == diagnose
+    assert (repo / paths.metrics_file("diagnose", CELL)).read_bytes() == diagnose
     assert first["metrics"] == second["metrics"]
     assert_same_weights(first["weights"], second["weights"])
 
@@ -288,5 +285,5 @@ def test_nan_loss_stops_training_and_saves_nothing(tmp_path):
     assert result.returncode != 0
     assert re.search(rf"error: cell '{CELL}': loss is (nan|inf) at step \d+ \(lr [0-9.e+]+\); "
                      "lower train.lr", result.stdout + result.stderr)
-    assert not Path(MODEL.format(repo=repo)).exists()
-    assert not (repo / "metrics" / "train" / f"{CELL}.json").exists()
+    assert not (repo / paths.model_file(CELL, SEED)).exists()
+    assert not (repo / paths.metrics_file("train", CELL)).exists()

@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import BACKBONE
+from conftest import TINY as MODEL
+from conftest import tiny_corpus as corpus
 
-from loopscope.config import CellConfig, ParamsError, TrainConfig
+from loopscope import compute
+from loopscope.config import CellConfig, TrainConfig
 from loopscope.data import Batches, steps_for_epochs, train_windows
-from loopscope.model import LoopedLM, ModelConfig
-from loopscope.train import Depth, resolve_device, train_cell
-
-MODEL = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
-BACKBONE = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_prelude=1,
-                       n_core=1, n_coda=1, loops=4, block="sandwich", inject="concat_adapter",
-                       state_init="noise")
+from loopscope.depth import sampler
+from loopscope.errors import ParamsError
+from loopscope.model import LoopedLM
+from loopscope.train import train_cell
 
 
 class Rows:
@@ -36,22 +37,19 @@ class Rows:
         pass
 
 
-def corpus() -> torch.Tensor:
-    torch.manual_seed(0)
-    base = torch.arange(4000) % 17
-    return torch.where(torch.rand(4000) < 0.05, torch.randint(0, 64, (4000,)), base)
-
-
 def test_lognormal_depth_has_the_configured_mean_and_is_reproducible():
     cfg = TrainConfig(depth="lognormal", depth_sigma=0.5, seed=3)
-    sampler = Depth(cfg, 8)
-    draws = [sampler.next() for _ in range(4000)]
+    depths = sampler(cfg, 8)
+    draws = [depths.sample() for _ in range(4000)]
     assert min(draws) >= 1
     assert statistics.mean(draws) == pytest.approx(8, rel=0.05)
     assert statistics.pstdev(draws) > 2  # really random, not a constant
-    again = Depth(cfg, 8)
-    assert [again.next() for _ in range(50)] == draws[:50]
-    assert Depth(TrainConfig(depth="fixed"), 8).next() == 8
+    again = sampler(cfg, 8)
+    assert [again.sample() for _ in range(50)] == draws[:50]
+    assert depths.varies and depths.mean() == pytest.approx(8, rel=0.02)
+    assert depths.quantile(0.99) > 2 * 8
+    fixed = sampler(TrainConfig(depth="fixed"), 8)
+    assert (fixed.sample(), fixed.mean(), fixed.quantile(0.99), fixed.varies) == (8, 8, 8, False)
 
 
 def test_truncated_backprop_builds_a_graph_for_the_last_loops_only():
@@ -104,11 +102,14 @@ def test_epochs_and_stride():
 
 
 def test_devices():
-    device, bf16 = resolve_device(TrainConfig(device="cpu", precision="auto"))
-    assert device.type == "cpu" and not bf16
-    assert resolve_device(TrainConfig(device="cpu", precision="bf16"))[1]
+    run_on = compute.resolve(TrainConfig(device="cpu", precision="auto"))
+    assert run_on.device.type == "cpu" and not run_on.bf16
+    assert compute.resolve(TrainConfig(device="cpu", precision="bf16")).bf16
+    assert compute.uses_cuda("auto", cuda_available=True)
+    assert not compute.uses_cuda("cpu", cuda_available=True)
+    assert compute.uses_bf16("auto", cuda=True) and not compute.uses_bf16("auto", cuda=False)
     if not torch.cuda.is_available():
-        assert resolve_device(TrainConfig())[0].type == "cpu"
+        assert compute.resolve(TrainConfig()).device.type == "cpu"
         with pytest.raises(ParamsError, match=r"'train.device' is 'cuda' but torch sees no "
                            "CUDA device"):
             train_cell(CellConfig("tiny", MODEL, TrainConfig(device="cuda")), corpus())
@@ -123,7 +124,8 @@ def test_bf16_autocast_trains_on_cpu():
 DDP_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, {tests!r})
-from test_scale import corpus, MODEL, Rows, ddp_config
+from conftest import TINY as MODEL, tiny_corpus as corpus
+from test_scale import Rows, ddp_config
 from loopscope.train import init_distributed, train_cell, world
 from loopscope.config import CellConfig
 cfg = ddp_config(processes=2)

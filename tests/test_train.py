@@ -2,33 +2,16 @@
 
 import pytest
 import torch
+from conftest import TINY
+from conftest import tiny_cell as cell
+from conftest import tiny_corpus as corpus
 
-from loopscope.config import CellConfig, TrainConfig
+from loopscope.checkpoint import load_model, save_model
+from loopscope.config import TrainConfig
 from loopscope.diagnostics import diagnose
-from loopscope.model import ModelConfig
-from loopscope.train import (
-    CheckpointError,
-    DivergenceError,
-    load_checkpoint,
-    lr_at,
-    objective,
-    save_checkpoint,
-    train_cell,
-)
-
-MODEL = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
-
-
-def cell(**train) -> CellConfig:
-    base = dict(steps=30, batch_size=8, lr=3e-3, warmup_steps=3, threads=1, log_every=5)
-    return CellConfig("tiny", MODEL, TrainConfig(**{**base, **train}))
-
-
-def corpus() -> torch.Tensor:
-    # a learnable sequence: a repeating pattern with a little noise
-    torch.manual_seed(0)
-    base = torch.arange(4000) % 17
-    return torch.where(torch.rand(4000) < 0.05, torch.randint(0, 64, (4000,)), base)
+from loopscope.errors import CheckpointError, DivergenceError
+from loopscope.model import LoopedLM
+from loopscope.train import lr_at, objective, train_cell
 
 
 def test_lr_schedule():
@@ -39,9 +22,8 @@ def test_lr_schedule():
 
 
 def test_objective_placement_and_penalty():
-    from loopscope.model import LoopedLM
     torch.manual_seed(0)
-    model = LoopedLM(MODEL)
+    model = LoopedLM(TINY)
     x = torch.randint(0, 64, (2, 16))
     out = model(x)
     per_loop, ces = objective(out, x, TrainConfig(loss="per_loop"))
@@ -68,17 +50,17 @@ def test_divergence_names_cell_step_and_lr():
 def test_checkpoint_round_trip_and_corruption(tmp_path):
     model, _ = train_cell(cell(steps=3), corpus())
     path = tmp_path / "m.pt"
-    save_checkpoint(path, model, cell(steps=3), {})
-    loaded, loaded_cell = load_checkpoint(path)
+    save_model(path, model, cell(steps=3), {})
+    loaded, loaded_cell = load_model(path)
     assert loaded_cell == cell(steps=3)
     loaded_state = loaded.state_dict()
     for name, p in model.state_dict().items():
         assert torch.equal(p, loaded_state[name]), name
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="m.pt: unreadable checkpoint"):
-        load_checkpoint(path)
+        load_model(path)
     with pytest.raises(CheckpointError, match="not found"):
-        load_checkpoint(tmp_path / "none.pt")
+        load_model(tmp_path / "none.pt")
 
 
 def test_diagnose_metrics_shape():
@@ -86,6 +68,6 @@ def test_diagnose_metrics_shape():
     x = corpus()[:16 * 8].view(8, 16)
     y = corpus()[1:16 * 8 + 1].view(8, 16)
     metrics = diagnose(model, x, y, batch_size=4)
-    assert set(metrics["ppl"]) == {"k1", "k2", "k3"}
-    assert all(v > 1 for v in metrics["ppl"].values())
+    assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
+    assert all(v > 1 for v in metrics["ppl_at_depth"].values())
     assert metrics["norm_mean"]["k1"] > 0

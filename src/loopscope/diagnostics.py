@@ -22,9 +22,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from loopscope.data import DataError, atomic_write_bytes
-from loopscope.model import LoopedLM
-from loopscope.train import loop_ce
+from loopscope.errors import DataError, atomic_write_bytes
+from loopscope.model import LoopedLM, loop_ce
 
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
 
@@ -43,6 +42,12 @@ def norm_stats(norms: np.ndarray) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------- extract
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor on any device, in any dtype, as numpy (bf16 widened to float32)."""
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
 
 @dataclass
@@ -79,18 +84,18 @@ def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size:
         xb = x[i:i + batch_size]
         rows = slice(i * t, (i + len(xb)) * t)
         out_b = model(xb, read="none")
-        states[0, rows] = out_b.initial.flatten(0, 1).numpy()
+        states[0, rows] = _numpy(out_b.initial.flatten(0, 1))
         for k, h in enumerate(out_b.states, 1):
-            states[k, rows] = h.flatten(0, 1).numpy()
-            norms[k - 1, rows] = h.norm(dim=-1).flatten().numpy()
+            states[k, rows] = _numpy(h.flatten(0, 1))
+            norms[k - 1, rows] = _numpy(h.float().norm(dim=-1).flatten())
     states.flush()
     seq = np.repeat(np.arange(n), t)
     pos = np.tile(np.arange(t), n)
     table = pd.DataFrame({
         "seq": np.tile(seq, cfg.loops).astype(np.int32),
         "position": np.tile(pos, cfg.loops).astype(np.int32),
-        "token_id": np.tile(x.flatten().numpy(), cfg.loops).astype(np.int32),
-        "target_id": np.tile(y.flatten().numpy(), cfg.loops).astype(np.int32),
+        "token_id": np.tile(_numpy(x.flatten()), cfg.loops).astype(np.int32),
+        "target_id": np.tile(_numpy(y.flatten()), cfg.loops).astype(np.int32),
         "loop": np.repeat(np.arange(1, cfg.loops + 1), n * t).astype(np.int16),
         "norm": norms.flatten(),
     })
@@ -128,12 +133,13 @@ def radial_fraction(model: LoopedLM, h: torch.Tensor, targets: torch.Tensor, las
                     ) -> float:
     """|<grad_H L, H>| / (||grad_H L|| ||H||) for L = CE of the readout of state H.
 
-    Computed in the model's dtype; pass a float64 copy (as radial_fractions does) so
-    that a normalized readout's ~0 is not float32 round-off.
+    Computed in the model's dtype, outside any autocast; pass a float64 copy (as
+    radial_fractions does) so that a normalized readout's ~0 is not float32 round-off.
     """
-    dtype = next(model.parameters()).dtype
-    h = h.detach().to(dtype).requires_grad_(True)
-    loss = loop_ce(model.read(h, last=last), targets)
+    weight = next(model.parameters())
+    h = h.detach().to(weight.device, weight.dtype).requires_grad_(True)
+    with torch.autocast(weight.device.type, enabled=False):
+        loss = loop_ce(model.read(h, last=last), targets.to(weight.device))
     (grad,) = torch.autograd.grad(loss, h)
     return (grad * h).sum().abs().item() / (grad.norm() * h.norm()).item()
 
@@ -227,16 +233,16 @@ def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: i
     """
     loops = loops or model.cfg.loops
     model.eval()
-    ce_sum = torch.zeros(loops, dtype=torch.float64)
+    ce_sum = torch.zeros(loops, dtype=torch.float64, device=x.device)
     norms: list[list[torch.Tensor]] = [[] for _ in range(loops)]
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
         out = model(xb, loops=loops, read="none")
         for k, h in enumerate(out.states):
             ce_sum[k] += loop_ce(model.read(h, last=True), yb).double() * yb.numel()
-            norms[k].append(h.norm(dim=-1).flatten())
+            norms[k].append(h.float().norm(dim=-1).flatten())
     ce = (ce_sum / y.numel()).tolist()
-    return ce, torch.stack([torch.cat(n) for n in norms]).numpy()
+    return ce, _numpy(torch.stack([torch.cat(n) for n in norms]))
 
 
 @torch.no_grad()
@@ -250,11 +256,19 @@ def throughput(model: LoopedLM, x: torch.Tensor, batch_size: int, loops: int,
     model(x[:batch_size], loops=loops, read="last")  # warm-up
     best = math.inf
     for _ in range(repeats):
+        _sync(x.device)
         start = time.perf_counter()
         for i in range(0, len(x), batch_size):
             model(x[i:i + batch_size], loops=loops, read="last")
+        _sync(x.device)
         best = min(best, time.perf_counter() - start)
     return x.numel() / best
+
+
+def _sync(device: torch.device) -> None:
+    """Wait for queued CUDA work, so a timer measures the work and not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def clamp_hook(reference: dict[str, torch.Tensor]):
@@ -272,22 +286,24 @@ def clamp_hook(reference: dict[str, torch.Tensor]):
 @torch.no_grad()
 def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int
                  ) -> dict[str, dict[str, float]]:
-    """CE per loop with and without the scale clamp, and their difference."""
+    """CE of each loop's own readout (intermediate before the last loop) with and
+    without the scale clamp, and their difference: metrics/clamp's ce_readout,
+    ce_readout_clamped and delta_ce."""
     loops = model.cfg.loops
-    sums = {"ce": torch.zeros(loops, dtype=torch.float64),
-            "ce_clamped": torch.zeros(loops, dtype=torch.float64)}
+    names = ("ce_readout", "ce_readout_clamped")
+    sums = {n: torch.zeros(loops, dtype=torch.float64, device=x.device) for n in names}
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        for name, hook in (("ce", None), ("ce_clamped", clamp_hook({}))):
+        for name, hook in zip(names, (None, clamp_hook({})), strict=True):
             out = model(xb, hook=hook, read="none")
             for k, h in enumerate(out.states):
                 ce = loop_ce(model.read(h, last=k == loops - 1), yb).double()
                 sums[name][k] += ce * yb.numel()
-    result: dict[str, dict[str, float]] = {n: {} for n in ("ce", "ce_clamped", "delta_ce")}
+    result: dict[str, dict[str, float]] = {n: {} for n in (*names, "delta_ce")}
     for k in range(loops):
-        ce, clamped = (sums[n][k].item() / y.numel() for n in ("ce", "ce_clamped"))
-        result["ce"][f"k{k + 1}"] = ce
-        result["ce_clamped"][f"k{k + 1}"] = clamped
+        ce, clamped = (sums[n][k].item() / y.numel() for n in names)
+        result["ce_readout"][f"k{k + 1}"] = ce
+        result["ce_readout_clamped"][f"k{k + 1}"] = clamped
         result["delta_ce"][f"k{k + 1}"] = clamped - ce
     return result
 
@@ -297,14 +313,14 @@ def diagnose(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
     """The per-cell metrics JSON: for each loop or depth k, norm statistics, CE and
     perplexity, and (given an extract) radial fraction and update decomposition.
 
-    Keys are flat and named by loop (e.g. norm_mean.k4, ppl.k1) so `dvc metrics show`
-    and `dvc exp show` list them as columns.
+    Keys are flat and named by loop (e.g. norm_mean.k4, ppl_at_depth.k1) so
+    `dvc metrics show` and `dvc exp show` list them as columns; README lists them all.
     """
     ce, norms = depth_sweep(model, x, y, batch_size)
-    metrics: dict[str, dict[str, float]] = {"ce": {}, "ppl": {}}
+    metrics: dict[str, dict[str, float]] = {"ce_at_depth": {}, "ppl_at_depth": {}}
     for k in range(1, len(ce) + 1):
-        metrics["ce"][f"k{k}"] = ce[k - 1]
-        metrics["ppl"][f"k{k}"] = math.exp(ce[k - 1])
+        metrics["ce_at_depth"][f"k{k}"] = ce[k - 1]
+        metrics["ppl_at_depth"][f"k{k}"] = math.exp(ce[k - 1])
         for name, value in norm_stats(norms[k - 1]).items():
             metrics.setdefault(f"norm_{name}", {})[f"k{k}"] = value
     if ext is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn as nn
@@ -24,6 +25,14 @@ import torch.nn.functional as F
 # hook(k, H_k) -> H_k', called after loop k (1-based) before the state is read out and
 # fed back; used by the scale clamp and other interventions.
 LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
+
+# The options of a model, declared once; params validation derives the allowed values.
+Readout = Literal["normed", "raw", "final_norm"]
+BlockKind = Literal["prenorm", "sandwich"]
+Inject = Literal["none", "add", "concat_adapter"]
+StateInit = Literal["embed", "noise"]
+FFN = Literal["gelu", "swiglu"]
+Read = Literal["all", "last", "none"]  # which loops a forward pass reads out
 
 
 @dataclass
@@ -36,12 +45,12 @@ class ModelConfig:
     n_core: int = 2
     n_coda: int = 0
     loops: int = 4
-    readout: str = "normed"  # normed | raw | final_norm (raw before the last loop)
-    block: str = "prenorm"  # prenorm | sandwich
+    readout: Readout = "normed"  # raw before the last loop for final_norm
+    block: BlockKind = "prenorm"
     inter_loop_norm: bool = False  # RMSNorm the state between loops
-    inject: str = "none"  # none | add | concat_adapter (prelude output at every loop)
-    state_init: str = "embed"  # embed (H_0 = prelude output) | noise
-    ffn: str = "gelu"  # gelu: two 4d matrices | swiglu: gated, three 4d matrices
+    inject: Inject = "none"  # prelude output re-injected at every loop
+    state_init: StateInit = "embed"  # embed (H_0 = prelude output) | noise
+    ffn: FFN = "gelu"  # gelu: two 4d matrices | swiglu: gated, three 4d matrices
     dropout: float = 0.0
 
 
@@ -119,6 +128,42 @@ class Block(nn.Module):
         return x + self.mlp(self.n2(x))
 
 
+def loop_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of a readout (B, T, V) against targets (B, T), in float32:
+    the training loss and every measured CE use this one definition."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+@dataclass(frozen=True)
+class LoopSchedule:
+    """Which loops of a forward pass build a graph and which are read out.
+
+    LoopedLM.forward runs by it, and `plan` asks it what a training step keeps in
+    memory, so the two cannot disagree.
+    """
+
+    loops: int
+    frozen: int  # the first `frozen` loops run without a graph (truncated backprop)
+    read: tuple[int, ...]  # the loops (1-based) whose state is decoded to logits
+
+    @property
+    def graph_loops(self) -> int:
+        return self.loops - self.frozen
+
+
+def schedule(loops: int, read: Read = "all", grad_loops: int = 0) -> LoopSchedule:
+    """read: "all" reads out every loop that builds a graph (per-loop loss,
+    diagnostics), "last" only the final one (final-loop loss), "none" none.
+    grad_loops: only the last grad_loops loops build a graph (0: every loop)."""
+    if loops < 1:
+        raise ValueError(f"loops must be >= 1, got {loops}")
+    if read not in ("all", "last", "none"):
+        raise ValueError(f"read must be all | last | none, got {read!r}")
+    frozen = loops - grad_loops if 0 < grad_loops < loops else 0
+    wanted = {"all": range(frozen + 1, loops + 1), "last": (loops,), "none": ()}[read]
+    return LoopSchedule(loops, frozen, tuple(wanted))
+
+
 @dataclass
 class LoopOutput:
     """Per-loop results: states[k-1] is H_k; logits[k-1] is its readout (None if unread);
@@ -170,7 +215,7 @@ class LoopedLM(nn.Module):
         idx: torch.Tensor,
         loops: int | None = None,
         hook: LoopHook | None = None,
-        read: str = "all",
+        read: Read = "all",
         grad_loops: int = 0,
     ) -> LoopOutput:
         """Run `loops` loops (default: the configured count) over token ids (B, T).
@@ -182,11 +227,7 @@ class LoopedLM(nn.Module):
         not grow with a long sampled depth. 0: every loop.
         """
         cfg = self.cfg
-        loops = cfg.loops if loops is None else loops
-        if loops < 1:
-            raise ValueError(f"loops must be >= 1, got {loops}")
-        if read not in ("all", "last", "none"):
-            raise ValueError(f"read must be all | last | none, got {read!r}")
+        sched = schedule(cfg.loops if loops is None else loops, read, grad_loops)
         t = idx.shape[1]
         if t > cfg.context:
             raise ValueError(f"sequence length {t} exceeds model.context {cfg.context}")
@@ -198,10 +239,9 @@ class LoopedLM(nn.Module):
         else:
             h = e
         initial = h
-        frozen = loops - grad_loops if 0 < grad_loops < loops else 0  # loops without a graph
         states, logits = [], []
-        for k in range(1, loops + 1):
-            with torch.set_grad_enabled(torch.is_grad_enabled() and k > frozen):
+        for k in range(1, sched.loops + 1):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and k > sched.frozen):
                 if cfg.inject == "add":
                     h = h + e
                 elif cfg.inject == "concat_adapter":
@@ -213,6 +253,5 @@ class LoopedLM(nn.Module):
             if hook is not None:
                 h = hook(k, h)
             states.append(h)
-            wanted = (read == "all" and k > frozen) or (read == "last" and k == loops)
-            logits.append(self.read(h, last=k == loops) if wanted else None)
+            logits.append(self.read(h, last=k == sched.loops) if k in sched.read else None)
         return LoopOutput(states=states, logits=logits, initial=initial)

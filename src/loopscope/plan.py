@@ -46,20 +46,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from loopscope.config import CellConfig, Params, TrainConfig, load_params, resolve_cell
+from loopscope import compute, paths
+from loopscope.config import CellConfig
 from loopscope.corpus import held_source
-from loopscope.data import Corpus, steps_for_epochs, train_tokenizer, train_windows
-from loopscope.model import LoopedLM, ModelConfig
-from loopscope.train import Depth
+from loopscope.data import Corpus, steps_for_epochs, train_windows
+from loopscope.depth import sampler
+from loopscope.model import LoopedLM, ModelConfig, schedule
+from loopscope.params import Params, load_params, resolve_cell
+from loopscope.tokenizer import train_tokenizer
+from loopscope.train import READS
 
 GIB = 1024**3
 SAMPLE_BYTES = 2_000_000  # text the estimate's tokenizer sees: seconds, even at 32k BPE
 HELD_OUT = 0.1  # tail of the sample the tokens-per-byte ratio is measured on
-DEPTH_SAMPLES = 20_000  # ~0.3 s through the training sampler
-DEPTH_SEED = 0  # fixed, so the printed percentile is the same on every run
 
 
 @dataclass
@@ -77,25 +78,11 @@ def num_params(model: ModelConfig) -> int:
         return LoopedLM(model).num_params()
 
 
-def depth_stats(loops: int, depth: str, sigma: float) -> tuple[float, int]:
-    """(mean, 99th percentile) of the per-step recursion count, drawn from the training
-    loop's own sampler (loopscope.train.Depth) with a fixed seed.
-
-    The tail is what sets the memory of the deepest steps, hence the percentile.
-    """
-    if depth != "lognormal":
-        return float(loops), loops
-    sampler = Depth(TrainConfig(depth=depth, depth_sigma=sigma, seed=DEPTH_SEED), loops)
-    r = np.array([sampler.next() for _ in range(DEPTH_SAMPLES)])
-    return float(r.mean()), int(np.ceil(np.quantile(r, 0.99)))
-
-
-def resolve_device(cell: CellConfig, device: str | None = None) -> str:
-    """The device training would use: train.device, or for auto the given one (else
-    cuda if this machine has it, as training itself decides)."""
-    if cell.train.device != "auto":
-        return cell.train.device
-    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+def assumed_device(cell: CellConfig, device: str | None = None) -> str:
+    """The device training would use (loopscope.compute's rule), assuming the given
+    device is what this machine has, where train.device is auto."""
+    cuda = compute.uses_cuda(cell.train.device, device == "cuda" if device else None)
+    return "cuda" if cuda else "cpu"
 
 
 def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
@@ -107,13 +94,13 @@ def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
     """
     m, t = cell.model, cell.train
     params = num_params(m) if n_params is None else n_params
-    mean_depth, p99_depth = depth_stats(m.loops, t.depth, t.depth_sigma)
-    depth = p99_depth if t.depth == "lognormal" else m.loops
-    loops_kept = min(depth, t.backprop_loops) if t.backprop_loops > 0 else depth
-    readouts = loops_kept if t.loss == "per_loop" else 1
+    depths = sampler(t, m.loops)
+    mean_depth, p99_depth = depths.mean(), depths.quantile(0.99)
+    step = schedule(p99_depth, READS[t.loss], t.backprop_loops)  # the deepest steps
+    loops_kept, readouts = step.graph_loops, len(step.read)
     blocks = m.n_prelude + m.n_core * loops_kept + m.n_coda * readouts
-    dev = resolve_device(cell, device)
-    act_bytes = 2 if t.precision == "bf16" or (t.precision == "auto" and dev == "cuda") else 4
+    dev = assumed_device(cell, device)
+    act_bytes = 2 if compute.uses_bf16(t.precision, dev == "cuda") else 4
     batch = t.batch_size // t.processes
     per_block = batch * m.context * m.d_model * (34 + 5 * m.n_heads * m.context / m.d_model)
     memory = {
@@ -156,7 +143,7 @@ def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
 
 def fetch_command(params_file: str | Path) -> str:
     """The command that fetches a params file's corpus (data.hub or the embedded one)."""
-    extra = "" if Path(params_file) == Path("params.yaml") else f" --params {params_file}"
+    extra = "" if Path(params_file) == paths.PARAMS else f" --params {params_file}"
     return f"python -m loopscope.corpus{extra}"
 
 
@@ -233,8 +220,8 @@ def estimate_tokens(params: Params, data_dir: Path) -> CorpusTokens:
                         f"x {total_bytes / 1e6:,.1f} MB ({what})")
 
 
-def corpus_tokens(params: Params, prepared: Path = Path("prepared"),
-                  params_file: str | Path = "params.yaml") -> CorpusTokens:
+def corpus_tokens(params: Params, prepared: Path = paths.PREPARED,
+                  params_file: str | Path = paths.PARAMS) -> CorpusTokens:
     """Training tokens: prepared/meta.json, else an estimate from data.dir, else unknown."""
     meta_path = prepared / "meta.json"
     why_not = ""
@@ -277,7 +264,7 @@ def _si(x: float | None) -> str:
 
 
 def plan(path: str | Path, device: str | None = None,
-         prepared: Path = Path("prepared")) -> dict[str, Any]:
+         prepared: Path = paths.PREPARED) -> dict[str, Any]:
     """The whole plan of a params file: corpus tokens, every cell, and a total."""
     params = load_params(path)  # first: a bad key fails before any work
     corpus = corpus_tokens(params, prepared, path)
@@ -352,12 +339,13 @@ def format_plan(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("params_file", nargs="?", default="params.yaml")
+    parser.add_argument("params_file", nargs="?", default=str(paths.PARAMS))
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--device", choices=("cuda", "cpu"),
                         help="assume this device where train.device is auto "
                              "(default: cuda if this machine has it)")
-    parser.add_argument("--prepared", default="prepared", help="the prepare stage's output")
+    parser.add_argument("--prepared", default=str(paths.PREPARED),
+                        help="the prepare stage's output")
     args = parser.parse_args(argv)
     result = plan(args.params_file, args.device, Path(args.prepared))
     try:
@@ -367,6 +355,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from loopscope.stage import run
+    from loopscope.errors import run
 
     run(main)

@@ -1,4 +1,5 @@
-"""Render a report: papermill executes a notebook template, nbconvert writes HTML."""
+"""Reports: papermill executes a notebook template, nbconvert writes HTML; and the
+helpers the notebooks share."""
 
 from __future__ import annotations
 
@@ -12,7 +13,21 @@ import papermill as pm
 from jupyter_client.manager import KernelManager
 from nbconvert import HTMLExporter
 
-from loopscope.data import atomic_write_bytes
+from loopscope.config import CellConfig
+from loopscope.depth import SAMPLERS
+from loopscope.errors import atomic_write_bytes
+
+
+def cell_group(cell: CellConfig) -> str:
+    """Which group of paper A's comparisons a cell belongs to: the normed baseline, a
+    scale-controlled variant (raw readout, norm penalty or inter-loop norm), final-norm
+    only, or a paper B backbone (sampled depth), which no paper A claim uses."""
+    m, t = cell.model, cell.train
+    if SAMPLERS[t.depth].varies:
+        return "paper B backbone"
+    if m.inter_loop_norm or t.norm_penalty > 0 or m.readout == "raw":
+        return "scale-controlled"
+    return "normed baseline" if m.readout == "normed" else "final-norm only"
 
 
 def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s: int) -> None:

@@ -1,21 +1,13 @@
-"""Training one cell: loss placement, norm penalty, schedule, logging, checkpoints.
+"""Training one cell: loss placement, norm penalty, schedule, sampled depth, logging.
 
-Two kinds of checkpoint, both written atomically and carrying a sha256 of their
-contents, so a truncated or altered file is an error and never a silently wrong model:
-
-- models/<cell>.pt, the trained model (a DVC output), written once at the end;
-- a resume checkpoint (checkpoints/<cell>/last.pt, deliberately not a DVC output: DVC
-  deletes a stage's outputs before rerunning it), written every train.checkpoint_every
-  steps, so a killed run continues where it stopped and ends bitwise where an
-  uninterrupted run ends.
+The run is resumable: every train.checkpoint_every steps the model, optimizer, batch
+sampler, depth sampler and RNG states go to a resume checkpoint (loopscope.checkpoint),
+and a rerun continues from it to the same weights, bit for bit on the CPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
-import io
 import math
 import os
 import time
@@ -25,41 +17,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm import tqdm
 
-from loopscope.config import CellConfig, ParamsError, TrainConfig
-from loopscope.data import Batches, atomic_write_bytes, steps_for_epochs, temp_path
-from loopscope.model import LoopedLM, LoopOutput
+from loopscope import compute
+from loopscope.checkpoint import load_resume, run_fingerprint, save_resume
+from loopscope.config import CellConfig, Loss, TrainConfig
+from loopscope.data import Batches, steps_for_epochs
+from loopscope.depth import Fixed, LogNormal, sampler
+from loopscope.errors import DivergenceError, ParamsError
+from loopscope.model import LoopedLM, LoopOutput, Read, loop_ce
 
-RESUME_FORMAT = "loopscope-resume-1"
-SOURCES = ("model.py", "data.py", "train.py")  # the code a training result depends on
-
-
-class DivergenceError(RuntimeError):
-    """The loss became NaN or infinite; the message names the cell, step and lr."""
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing or unreadable; the message names the file."""
-
-
-def resolve_device(cfg: TrainConfig) -> tuple[torch.device, bool]:
-    """The device and whether to autocast to bf16, from train.device/train.precision.
-
-    Asked for before any step, so `cuda` on a machine without one fails in a second.
-    """
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise ParamsError("'train.device' is 'cuda' but torch sees no CUDA device; set it to "
-                          "auto or cpu (or install a CUDA build of torch).")
-    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    if cuda and dist.is_initialized():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cuda" if cuda else "cpu")
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and cuda)
-    return device, bf16
+# Which loops the loss reads out, by loss placement.
+READS: dict[Loss, Read] = {"per_loop": "all", "final": "last"}
 
 
 def world() -> tuple[int, int]:
@@ -80,8 +49,7 @@ def init_distributed(cfg: TrainConfig) -> None:
         raise ParamsError(f"'train.processes' is {cfg.processes} but {size} process(es) "
                           "were started; set train.processes to torchrun's world size.")
     if size > 1 and not dist.is_initialized():
-        cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-        dist.init_process_group("nccl" if cuda else "gloo")
+        dist.init_process_group("nccl" if compute.uses_cuda(cfg.device) else "gloo")
 
 
 def train_steps(cfg: TrainConfig, n_tokens: int, context: int) -> int:
@@ -95,26 +63,6 @@ def train_steps(cfg: TrainConfig, n_tokens: int, context: int) -> int:
     return steps
 
 
-class Depth:
-    """The number of loops of each optimizer step.
-
-    fixed: model.loops. lognormal (paper B, after Huginn): r = 1 + Poisson(lam) with
-    lam ~ LogNormal(ln(loops - 1) - sigma^2 / 2, sigma), so E[r] = model.loops; one r
-    per step, the same on every process (its own seeded generator).
-    """
-
-    def __init__(self, cfg: TrainConfig, loops: int) -> None:
-        self.lognormal, self.loops, self.sigma = cfg.depth == "lognormal", loops, cfg.depth_sigma
-        self.gen = torch.Generator().manual_seed(cfg.seed + 1)
-
-    def next(self) -> int:
-        if not self.lognormal:
-            return self.loops
-        mu = math.log(self.loops - 1) - self.sigma ** 2 / 2
-        lam = torch.exp(mu + self.sigma * torch.randn(1, generator=self.gen, dtype=torch.float64))
-        return 1 + int(torch.poisson(lam, generator=self.gen).item())
-
-
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up, then cosine decay to min_lr_ratio * lr."""
     if step < cfg.warmup_steps:
@@ -123,10 +71,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     ratio = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
     return cfg.lr * ratio
-
-
-def loop_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
 
 def objective(out: LoopOutput, targets: torch.Tensor, cfg: TrainConfig
@@ -144,128 +88,6 @@ def objective(out: LoopOutput, targets: torch.Tensor, cfg: TrainConfig
         loss = loss + cfg.norm_penalty * torch.stack(
             [h.float().pow(2).mean() for h in out.states]).mean()
     return loss, [c.item() for c in ces]
-
-
-def _digest_into(h: Any, obj: Any) -> None:
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu().contiguous()
-        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    elif isinstance(obj, dict):
-        h.update(b"{")
-        for key in sorted(obj, key=repr):
-            h.update(repr(key).encode())
-            _digest_into(h, obj[key])
-        h.update(b"}")
-    elif isinstance(obj, (list, tuple)):
-        h.update(b"[")
-        for item in obj:
-            _digest_into(h, item)
-        h.update(b"]")
-    else:
-        h.update(repr(obj).encode())
-
-
-def payload_digest(payload: dict[str, Any]) -> str:
-    """sha256 over every tensor's bytes and every value of a checkpoint payload.
-
-    torch.load happily returns weights with a flipped byte in them; this digest, stored
-    in the file and checked on load, turns that into an error.
-    """
-    h = hashlib.sha256()
-    _digest_into(h, {k: v for k, v in payload.items() if k != "sha256"})
-    return h.hexdigest()
-
-
-def _write_payload(path: Path, payload: dict[str, Any]) -> None:
-    buf = io.BytesIO()
-    torch.save({**payload, "sha256": payload_digest(payload)}, buf)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def _read_payload(path: Path) -> dict[str, Any]:
-    """Load a payload written by _write_payload; CheckpointError if damaged."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for a damaged file
-        raise CheckpointError(f"{path}: unreadable checkpoint "
-                              f"({type(err).__name__}: {err})") from None
-    if not isinstance(payload, dict) or payload.get("sha256") != payload_digest(payload):
-        raise CheckpointError(f"{path}: checksum does not match its contents (altered, or "
-                              "written by an older loopscope)")
-    return payload
-
-
-def save_checkpoint(path: Path, model: LoopedLM, cell: CellConfig, extra: dict[str, Any]
-                    ) -> None:
-    """Atomically save weights and the resolved config they were trained with."""
-    _write_payload(path, {"cell": cell.to_json(), "model": model.state_dict(), **extra})
-
-
-def load_checkpoint(path: Path) -> tuple[LoopedLM, CellConfig]:
-    """Rebuild the trained model from a checkpoint written by save_checkpoint, at
-    models/<cell>/seed<N>.pt."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found; run `dvc repro` to train it.")
-    rerun = f"rerun its train stage with `dvc repro -f train@{path.parent.name}`"
-    try:
-        state = _read_payload(path)
-        cell = CellConfig.from_json(state["cell"])
-        model = LoopedLM(cell.model)
-        model.load_state_dict(state["model"])
-    except CheckpointError as err:
-        raise CheckpointError(f"{err}; {rerun}.") from None
-    except Exception as err:  # a valid file that is not one of our checkpoints
-        raise CheckpointError(f"{path}: unreadable checkpoint ({type(err).__name__}: {err}); "
-                              f"{rerun}.") from None
-    model.eval()
-    return model, cell
-
-
-def run_fingerprint(cell: CellConfig, train_tokens: torch.Tensor) -> str:
-    """What a training run's result depends on: resolved config, tokens and code.
-
-    A resume checkpoint is used only by a run with the same fingerprint, so a corpus or
-    code change after a kill (which DVC answers by rerunning the stage) starts afresh
-    instead of finishing someone else's run.
-    """
-    h = hashlib.sha256(cell.to_json().encode())
-    _digest_into(h, train_tokens)
-    for source in SOURCES:
-        h.update((Path(__file__).parent / source).read_bytes())
-    return h.hexdigest()
-
-
-def load_resume(path: Path, cell: CellConfig, fingerprint: str) -> dict[str, Any] | None:
-    """The resume state saved by a run with this fingerprint, else None (with a note).
-
-    A resume file of another run (params, corpus or code changed after a kill), or a
-    damaged one, is ignored rather than fatal: it only saves time, and training from
-    step 0 is always correct. It is overwritten at the next checkpoint.
-    """
-    if not path.is_file():
-        return None
-    try:
-        state = _read_payload(path)
-    except CheckpointError as err:
-        print(f"note: {err}; training cell '{cell.cell}' from step 0.", flush=True)
-        return None
-    if state.get("format") != RESUME_FORMAT or state.get("fingerprint") != fingerprint:
-        print(f"note: {path} was written for another config, corpus or code of cell "
-              f"'{cell.cell}'; training from step 0.", flush=True)
-        return None
-    return state
-
-
-def discard_resume(path: Path) -> None:
-    """Delete a resume checkpoint (and its run and cell folders, if empty) once the
-    outputs are in place."""
-    path.unlink(missing_ok=True)
-    temp_path(path).unlink(missing_ok=True)
-    for folder in (path.parent, path.parent.parent):
-        with contextlib.suppress(OSError):
-            folder.rmdir()
 
 
 def _log(live: Any, row: dict[str, float]) -> None:
@@ -290,22 +112,22 @@ def _optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
         lr=cfg.lr, betas=(0.9, 0.95))
 
 
-def _snapshot(model: LoopedLM, opt: torch.optim.Optimizer, batches: Batches, depth: Depth
-              ) -> dict[str, Any]:
+def _snapshot(model: LoopedLM, opt: torch.optim.Optimizer, batches: Batches,
+              depth: Fixed | LogNormal) -> dict[str, Any]:
     """Everything the next step depends on; dropout and noise draw from torch's RNG."""
     return {"model": model.state_dict(), "optimizer": opt.state_dict(),
             "batches_rng": batches.gen.get_state(), "torch_rng": torch.get_rng_state(),
-            "depth_rng": depth.gen.get_state()}
+            "depth_rng": depth.state()}
 
 
 def _restore(state: dict[str, Any], model: LoopedLM, opt: torch.optim.Optimizer,
-             batches: Batches, depth: Depth) -> None:
+             batches: Batches, depth: Fixed | LogNormal) -> None:
     """The inverse of _snapshot."""
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     batches.gen.set_state(state["batches_rng"])
     torch.set_rng_state(state["torch_rng"])
-    depth.gen.set_state(state["depth_rng"])
+    depth.set_state(state["depth_rng"])
 
 
 def _mean_over_processes(values: list[float], device: torch.device) -> list[float]:
@@ -337,7 +159,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     noise, which each process draws for itself). Only rank 0 logs and checkpoints.
     """
     rank, size = world()
-    device, bf16 = resolve_device(cell.train)
+    run_on = compute.resolve(cell.train)
+    device = run_on.device
     cfg = dataclasses.replace(cell.train, steps=train_steps(cell.train, len(train_tokens),
                                                             cell.model.context))
     torch.manual_seed(cfg.seed)
@@ -346,7 +169,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     model.train()
     opt = _optimizer(model, cfg)
     batches = Batches(train_tokens, cell.model.context, cfg.batch_size, cfg.seed, cfg.stride)
-    depth = Depth(cfg, cell.model.loops)
+    depth = sampler(cfg, cell.model.loops)
     first, spent, history, loss_value = 0, 0.0, [], float("nan")
     fingerprint, state = "", None
     if resume is not None:
@@ -369,7 +192,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             model, find_unused_parameters=cell.model.readout == "raw")  # the final norm
     if cfg.compile:
         forward = torch.compile(forward)
-    read = "all" if cfg.loss == "per_loop" else "last"
+    read = READS[cfg.loss]
     rows = slice(rank * cfg.batch_size // size, (rank + 1) * cfg.batch_size // size)
     tokens_per_step = cfg.batch_size * cell.model.context
     start = time.perf_counter()
@@ -381,8 +204,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             group["lr"] = lr
         x, y = batches.next()
         x, y = x[rows].to(device), y[rows].to(device)
-        loops = depth.next()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        loops = depth.sample()
+        with run_on.autocast():
             out = forward(x, loops=loops, read=read, grad_loops=cfg.backprop_loops)
             loss, ces = objective(out, y, cfg)
         loss_value, *ces = _mean_over_processes([loss.item(), *ces], device)
@@ -400,7 +223,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             row = {"step": step, "train/loss": loss_value, "train/lr": lr,
                    "train/ce_last": ces[-1]}
             norms = [h.detach().float().norm(dim=-1).mean().item() for h in out.states]
-            if depth.lognormal:  # the depth varies, so one column for the last loop
+            if depth.varies:  # one column for the last loop
                 row["train/depth"] = loops
                 norms = norms[-1:]
                 row["train/norm_last"], = _mean_over_processes(norms, device)
@@ -412,9 +235,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
         done = step + 1
         if (resume is not None and rank == 0 and done % cfg.checkpoint_every == 0
                 and done < cfg.steps):
-            _write_payload(resume, {
-                "format": RESUME_FORMAT, "fingerprint": fingerprint, "step": done,
-                "history": history, "loss": loss_value,
+            save_resume(resume, fingerprint, {
+                "step": done, "history": history, "loss": loss_value,
                 "seconds": spent + time.perf_counter() - start,
                 **_snapshot(model, opt, batches, depth)})
     seconds = spent + time.perf_counter() - start
@@ -425,7 +247,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
         "train_seconds": round(seconds, 2),
         "tokens_per_second": round(tokens_per_step * cfg.steps / seconds, 1),
         "params": model.num_params(),
-        "device": str(device) + (" bf16" if bf16 else "") + (f" x{size}" if size > 1 else ""),
+        "device": run_on.describe() + (f" x{size}" if size > 1 else ""),
         "config": asdict(cfg),
     }
     return model, summary

@@ -1,0 +1,86 @@
+"""How loopscope fails: the expected errors, atomic writes, and a stage's clean exit.
+
+Every error a user can fix (a bad param, a missing or corrupt file, a diverged run) is
+a LoopscopeError whose message names the key or file and what to do; a stage prints it
+as one `error:` line instead of a traceback. Outputs are written under a temporary name
+and renamed, so a killed or failed stage never leaves a file that DVC could cache as
+finished.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class LoopscopeError(RuntimeError):
+    """An error whose message already says what went wrong and what to do."""
+
+
+class ParamsError(LoopscopeError, ValueError):
+    """A bad value in params.yaml (or a cell override), with its key path."""
+
+
+class DataError(LoopscopeError):
+    """Missing, empty or corrupt data files; the message names the file."""
+
+
+class CorpusError(LoopscopeError):
+    """The corpus could not be fetched or verified; the message says what to do."""
+
+
+class CheckpointError(LoopscopeError):
+    """A checkpoint is missing or unreadable; the message names the file."""
+
+
+class DivergenceError(LoopscopeError):
+    """The loss became NaN or infinite; the message names the cell, step and lr."""
+
+
+def temp_path(path: Path) -> Path:
+    """The hidden sibling that atomic_write_bytes writes before renaming it to path."""
+    return path.with_name(f".{path.name}.tmp")
+
+
+def atomic_write_bytes(path: Path, data: bytes | memoryview) -> None:
+    """Write to a temporary name and rename, so a killed stage leaves no partial file.
+
+    A failed write (a full disk) removes the partial temporary file and re-raises the
+    OSError with the destination's name: the OS error of a write() names no file.
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from err
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write JSON atomically, keys sorted, so the same values give the same bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def run(main: Callable[[], None]) -> None:
+    """Run a stage's main; print expected errors as one clear line and exit 1."""
+    try:
+        main()
+    except LoopscopeError as err:
+        sys.exit(f"error: {err}")
+    except OSError as err:  # a full disk or a read-only path, named by the OS error
+        where = f"{err.filename}: {err.strerror}" if err.filename else str(err)
+        todo = ("Free disk space" if err.errno in (errno.ENOSPC, errno.EDQUOT)
+                else "Fix the path or its permissions")
+        sys.exit(f"error: {where.rstrip('.')}. {todo}, then rerun `dvc repro`.")

@@ -1,0 +1,323 @@
+"""params.yaml: loading, validation and per-cell resolution.
+
+Every stage that reads params.yaml calls :func:`load_params` first, so a typo or an
+impossible value fails in about a second, with the key path, the bad value and what is
+allowed, before any tokenizer is trained or any step is taken.
+
+A *cell* is one trained model: a name plus a few overrides of the shared ``model:``
+and ``train:`` blocks. :func:`resolve_cell` turns a cell into a complete,
+content-stable config (loopscope.config.CellConfig); the ``configure`` stage writes one
+file per cell, and each cell's training depends on its file alone, so a param change
+reruns exactly the cells whose resolved config changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loopscope import paths
+from loopscope.config import CellConfig, TrainConfig, choices
+from loopscope.depth import SAMPLERS
+from loopscope.errors import ParamsError
+from loopscope.model import ModelConfig
+from loopscope.tokenizer import TokenizerKind
+
+
+@dataclass
+class DataConfig:
+    """Where the raw corpus lives and how it is split."""
+
+    dir: str = "data"
+    val_fraction: float = 0.1  # held-out tail of every document (no validation.txt)
+    hub: str = ""  # a HF hub dataset fetched into dir (empty: the embedded corpus)
+    hub_config: str = ""  # the hub dataset's configuration, if it has several
+    text_field: str = "text"  # the hub dataset's text column
+    hub_documents: int = 0  # first N documents of each split (0: the whole split)
+
+
+@dataclass
+class TokenizerConfig:
+    """The tokenizer trained by the prepare stage."""
+
+    kind: TokenizerKind = "bpe"  # bpe: byte-level BPE | word: paper A's word-level regex
+    vocab_size: int = 2048
+    min_frequency: int = 0  # rarer pieces are not learned (word: they become <unk>)
+
+
+@dataclass
+class ExtractConfig:
+    """The fixed validation slice whose per-loop hidden states are saved."""
+
+    val_sequences: int = 64
+    batch_size: int = 16
+
+
+@dataclass
+class DiagnoseConfig:
+    """How much validation text the depth sweep, clamp and timing read."""
+
+    val_sequences: int = 64
+    batch_size: int = 16
+    timing_repeats: int = 3  # tokens/s at each depth: best of this many passes
+
+
+@dataclass
+class ReportConfig:
+    """Which notebooks the report stage renders."""
+
+    timeout_s: int = 600
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "tokenizer": TokenizerConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "extract": ExtractConfig,
+    "diagnose": DiagnoseConfig,
+    "report": ReportConfig,
+}
+
+# Enumerated options: key path -> allowed values, from each field's Literal type.
+CHOICES: dict[str, tuple[str, ...]] = {
+    f"{section}.{name}": allowed
+    for section, cls in SECTIONS.items() for name, allowed in choices(cls).items()}
+
+# Sections a cell may override.
+CELL_SECTIONS = ("model", "train")
+CELL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+@dataclass
+class Params:
+    """The whole of params.yaml, validated."""
+
+    data: DataConfig
+    tokenizer: TokenizerConfig
+    model: ModelConfig
+    train: TrainConfig
+    extract: ExtractConfig
+    diagnose: DiagnoseConfig
+    report: ReportConfig
+    cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=list)  # empty: each cell trains with train.seed
+
+
+def _seeds(raw: Any) -> list[int]:
+    """The optional top-level `seeds` list: every cell trains once per seed."""
+    if raw is None:
+        return []
+    if (not isinstance(raw, list)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in raw)
+            or len(set(raw)) != len(raw)):
+        raise ParamsError(f"'seeds' is {raw!r}; it must be a list of distinct integers >= 0 "
+                          "(or left out: each cell then trains once with train.seed).")
+    return list(raw)
+
+
+def _unknown(path: str, key: str, known: list[str]) -> ParamsError:
+    where = f"{path}.{key}" if path else key
+    hint = difflib.get_close_matches(key, known, n=1)
+    did_you_mean = f" Did you mean '{hint[0]}'?" if hint else ""
+    return ParamsError(
+        f"unknown key '{where}'.{did_you_mean} Known keys here: {', '.join(sorted(known))}."
+    )
+
+
+def _coerce(path: str, value: Any, default: Any) -> Any:
+    """Check one value against the type of its default; ints are accepted as floats."""
+    kind = type(default)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ParamsError(f"'{path}' must be a {kind.__name__}, got {value!r}.")
+    allowed = CHOICES.get(path)
+    if allowed is not None and value not in allowed:
+        raise ParamsError(
+            f"'{path}' is {value!r}; allowed values: {', '.join(allowed)}."
+        )
+    return value
+
+
+def _build(section: str, cls: type, raw: Any) -> Any:
+    """Build a section dataclass from a mapping, rejecting unknown keys and bad types."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"'{section}' must be a mapping of keys to values, got {raw!r}.")
+    defaults = cls()
+    known = [f.name for f in fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise _unknown(section, str(key), known)
+        values[key] = _coerce(f"{section}.{key}", value, getattr(defaults, key))
+    obj = cls(**values)
+    _check_ranges(section, obj)
+    return obj
+
+
+def _require(cond: bool, path: str, value: Any, rule: str) -> None:
+    if not cond:
+        raise ParamsError(f"'{path}' is {value!r}; it must be {rule}.")
+
+
+def _check_ranges(section: str, obj: Any) -> None:
+    """Ranges that types alone do not catch."""
+    def req(name: str, cond: bool, rule: str) -> None:
+        _require(cond, f"{section}.{name}", getattr(obj, name), rule)
+
+    if isinstance(obj, DataConfig):
+        req("val_fraction", 0.0 < obj.val_fraction < 0.5, "between 0 and 0.5 (exclusive)")
+        req("hub_documents", obj.hub_documents >= 0, ">= 0 (0: the whole split)")
+        req("text_field", bool(obj.text_field), "a column name")
+        if obj.hub_config:
+            req("hub", bool(obj.hub), "set when data.hub_config is set")
+    elif isinstance(obj, TokenizerConfig):
+        low = 260 if obj.kind == "bpe" else 8
+        req("vocab_size", low <= obj.vocab_size <= 1_000_000,
+            f"at least {low} ({'256 bytes plus specials' if obj.kind == 'bpe' else 'specials'}"
+            ") and at most 1000000")
+        req("min_frequency", obj.min_frequency >= 0, ">= 0")
+    elif isinstance(obj, ModelConfig):
+        for name in ("d_model", "n_heads", "n_core", "loops", "context", "vocab_size"):
+            req(name, getattr(obj, name) >= 1, ">= 1")
+        for name in ("n_prelude", "n_coda"):
+            req(name, getattr(obj, name) >= 0, ">= 0")
+        req("d_model", obj.d_model % obj.n_heads == 0,
+            f"divisible by model.n_heads ({obj.n_heads})")
+        req("dropout", 0.0 <= obj.dropout < 1.0, "in [0, 1)")
+    elif isinstance(obj, TrainConfig):
+        for name in ("batch_size", "threads", "log_every", "checkpoint_every", "stride",
+                     "processes"):
+            req(name, getattr(obj, name) >= 1, ">= 1")
+        req("epochs", obj.epochs >= 0, ">= 0")
+        if obj.epochs > 0:
+            req("steps", obj.steps == 0, "0 when train.epochs is set (set one of the two)")
+        else:
+            req("steps", obj.steps >= 1, ">= 1 (or 0 with train.epochs > 0)")
+            req("warmup_steps", obj.warmup_steps <= obj.steps,
+                f"at most train.steps ({obj.steps})")
+        req("batch_size", obj.batch_size % obj.processes == 0,
+            f"divisible by train.processes ({obj.processes}): it is the global batch")
+        req("depth_sigma", obj.depth_sigma > 0, "> 0")
+        req("backprop_loops", obj.backprop_loops >= 0, ">= 0 (0: all loops)")
+        req("lr", obj.lr > 0, "> 0")
+        req("norm_penalty", obj.norm_penalty >= 0, ">= 0")
+        req("weight_decay", obj.weight_decay >= 0, ">= 0")
+        req("grad_clip", obj.grad_clip > 0, "> 0")
+        req("warmup_steps", obj.warmup_steps >= 0, ">= 0")
+        req("min_lr_ratio", 0.0 <= obj.min_lr_ratio <= 1.0, "in [0, 1]")
+        req("seed", obj.seed >= 0, ">= 0")
+    elif isinstance(obj, (ExtractConfig, DiagnoseConfig)):
+        req("val_sequences", obj.val_sequences >= 1, ">= 1")
+        req("batch_size", obj.batch_size >= 1, ">= 1")
+        if isinstance(obj, DiagnoseConfig):
+            req("timing_repeats", obj.timing_repeats >= 1, ">= 1")
+    elif isinstance(obj, ReportConfig):
+        req("timeout_s", obj.timeout_s >= 1, ">= 1")
+
+
+def parse_params(raw: Any) -> Params:
+    """Validate a params mapping (as read from params.yaml) and every cell in it."""
+    if not isinstance(raw, dict):
+        raise ParamsError("params.yaml must be a mapping of sections.")
+    known = list(SECTIONS) + ["cells", "seeds"]
+    for key in raw:
+        if key not in known:
+            raise _unknown("", str(key), known)
+    built = {name: _build(name, cls, raw.get(name)) for name, cls in SECTIONS.items()}
+    # The model's vocabulary is the tokenizer's; one number, set in one place.
+    if "vocab_size" in (raw.get("model") or {}):
+        raise ParamsError("'model.vocab_size' is set by 'tokenizer.vocab_size'; remove it.")
+    built["model"] = dataclasses.replace(built["model"], vocab_size=built["tokenizer"].vocab_size)
+    cells = raw.get("cells")
+    if not isinstance(cells, dict) or not cells:
+        raise ParamsError("'cells' must map at least one cell name to its overrides.")
+    params = Params(**built, cells={}, seeds=_seeds(raw.get("seeds")))
+    for name, overrides in cells.items():
+        if not isinstance(name, str) or not CELL_NAME.match(name):
+            raise ParamsError(
+                f"cell name {name!r} must start with a letter and use only letters, "
+                "digits and '_'."
+            )
+        overrides = overrides or {}
+        if not isinstance(overrides, dict):
+            raise ParamsError(f"'cells.{name}' must be a mapping, got {overrides!r}.")
+        for section in overrides:
+            if section not in CELL_SECTIONS:
+                raise _unknown(f"cells.{name}", str(section), list(CELL_SECTIONS))
+        params.cells[name] = overrides
+        resolve_cell(params, name)  # validates the overrides now, not at training time
+    return params
+
+
+def load_params(path: str | Path = paths.PARAMS) -> Params:
+    """Read and validate params.yaml; raise ParamsError naming the file on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: file not found (run from the repository root).")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: not valid YAML: {err}") from err
+    try:
+        return parse_params(raw)
+    except ParamsError as err:
+        raise ParamsError(f"{path}: {err}") from None
+
+
+def resolve_cell(params: Params, name: str) -> CellConfig:
+    """Apply a cell's overrides to the shared model and train blocks, and validate."""
+    if name not in params.cells:
+        raise ParamsError(f"unknown cell '{name}'; cells: {', '.join(params.cells)}.")
+    overrides = params.cells[name]
+    sections = {}
+    for section in CELL_SECTIONS:
+        base = dataclasses.asdict(getattr(params, section))
+        extra = overrides.get(section) or {}
+        if not isinstance(extra, dict):
+            raise ParamsError(f"'cells.{name}.{section}' must be a mapping, got {extra!r}.")
+        if section == "model" and "vocab_size" in extra:
+            raise ParamsError(f"'cells.{name}.model.vocab_size' is set by "
+                              "'tokenizer.vocab_size'; remove it.")
+        for key in extra:
+            if key not in base:
+                raise _unknown(f"cells.{name}.{section}", str(key), list(base))
+        try:
+            sections[section] = _build(section, SECTIONS[section], {**base, **extra})
+        except ParamsError as err:
+            raise ParamsError(f"in cell '{name}': {err}") from None
+    if params.seeds:
+        if "seed" in (overrides.get("train") or {}):
+            raise ParamsError(f"'cells.{name}.train.seed' has no effect while the top-level "
+                              f"'seeds' list is set ({params.seeds}); remove one of them.")
+        sections["train"] = dataclasses.replace(sections["train"], seed=params.seeds[0])
+    _check_cell(name, sections["model"], sections["train"])
+    return CellConfig(cell=name, **sections, seeds=list(params.seeds))
+
+
+def _check_cell(name: str, model: ModelConfig, train: TrainConfig) -> None:
+    """Rules that tie the model and train blocks of one cell together."""
+    where = f"in cell '{name}': "
+    why = SAMPLERS[train.depth].check(model.loops)
+    if why:
+        raise ParamsError(f"{where}'model.loops' is {model.loops}; with train.depth "
+                          f"'{train.depth}' {why}.")
+    if train.stride > model.context:
+        raise ParamsError(f"{where}'train.stride' is {train.stride}; it must be at most "
+                          f"model.context ({model.context}), or tokens are never trained on.")

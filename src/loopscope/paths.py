@@ -1,0 +1,89 @@
+"""The file layout of a loopscope run, written once.
+
+Stage scripts, `plan`, the tests and the report notebooks ask this module where things
+are; dvc.yaml names the same paths as stage deps and outs (tests/test_layout.py checks
+that the two agree). All paths are relative to the repository root, where DVC runs the
+stages.
+
+    params.yaml                      the parameters
+    prepared/                        tokenizer.json, train.bin, val.bin, meta.json
+    configs/<cell>.json              each cell's resolved config
+    models/<cell>/seed<N>.pt         one trained model per cell and seed
+    checkpoints/<cell>/seed<N>/last.pt   resume state while a run trains (not a DVC output)
+    dvclive/<cell>/                  training logs
+    extracts/<cell>/seed<N>/         per-loop hidden states of a validation slice
+    metrics/<kind>/<cell>.json       per-cell metrics (kind: train, diagnose, clamp, ...)
+    metrics/headline.json            the few numbers `dvc exp show` should list
+    reports/<name>.ipynb             report templates; reports/html/<name>.html rendered
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PARAMS = Path("params.yaml")
+PREPARED = Path("prepared")
+CONFIGS = Path("configs")
+MODELS = Path("models")
+CHECKPOINTS = Path("checkpoints")
+DVCLIVE = Path("dvclive")
+EXTRACTS = Path("extracts")
+METRICS = Path("metrics")
+HEADLINE = METRICS / "headline.json"
+REPORTS = Path("reports")
+REPORTS_HTML = REPORTS / "html"
+SEED_PREFIX = "seed"
+
+
+def seed_tag(seed: int) -> str:
+    """The name of one training run of a cell: models/<cell>/<tag>.pt and so on."""
+    return f"{SEED_PREFIX}{seed}"
+
+
+def config_file(cell: str) -> Path:
+    return CONFIGS / f"{cell}.json"
+
+
+def model_dir(cell: str) -> Path:
+    return MODELS / cell
+
+
+def model_file(cell: str, seed: int) -> Path:
+    return model_dir(cell) / f"{seed_tag(seed)}.pt"
+
+
+def run_files(cell: str) -> list[Path]:
+    """The trained runs of a cell on disk, in seed order."""
+    paths = model_dir(cell).glob(f"{SEED_PREFIX}*.pt")
+    return sorted(paths, key=lambda p: int(p.stem.removeprefix(SEED_PREFIX)))
+
+
+def resume_file(cell: str, seed: int) -> Path:
+    return CHECKPOINTS / cell / seed_tag(seed) / "last.pt"
+
+
+def dvclive_dir(cell: str) -> Path:
+    return DVCLIVE / cell
+
+
+def extract_dir(cell: str, tag: str) -> Path:
+    """extracts/<cell>/<tag>/ for the run named tag (see seed_tag)."""
+    return EXTRACTS / cell / tag
+
+
+def extract_runs(cell: str) -> list[Path]:
+    """The extract folders of a cell's runs, in seed order."""
+    dirs = (EXTRACTS / cell).glob(f"{SEED_PREFIX}*")
+    return sorted(dirs, key=lambda p: int(p.name.removeprefix(SEED_PREFIX)))
+
+
+def metrics_file(kind: str, cell: str) -> Path:
+    return METRICS / kind / f"{cell}.json"
+
+
+def report_template(name: str) -> Path:
+    return REPORTS / f"{name}.ipynb"
+
+
+def report_html(name: str) -> Path:
+    return REPORTS_HTML / f"{name}.html"

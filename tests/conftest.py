@@ -1,0 +1,41 @@
+"""What several test files share: the tiny model, its training corpus and cell.
+
+Imported as a module (`from conftest import ...`): pytest puts tests/ on sys.path.
+"""
+
+import dataclasses
+
+import torch
+
+from loopscope.config import CellConfig, TrainConfig
+from loopscope.model import LoopedLM, ModelConfig
+
+# Paper A's looped LM at toy size, and paper B's backbone around the same core.
+TINY = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
+BACKBONE = dataclasses.replace(TINY, n_prelude=1, n_coda=1, loops=4, block="sandwich",
+                               inject="concat_adapter", state_init="noise")
+
+
+def tiny_model(**overrides) -> LoopedLM:
+    """TINY with overrides, seeded init, in eval mode."""
+    torch.manual_seed(0)
+    return LoopedLM(dataclasses.replace(TINY, **overrides)).eval()
+
+
+def tiny_tokens(b: int = 2, t: int = 16) -> torch.Tensor:
+    """Random token ids (b, t) from a fixed generator."""
+    return torch.randint(0, TINY.vocab_size, (b, t), generator=torch.Generator().manual_seed(1))
+
+
+def tiny_corpus() -> torch.Tensor:
+    """A learnable token stream: a repeating pattern with a little noise."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.arange(4000) % 17
+    return torch.where(torch.rand(4000, generator=g) < 0.05,
+                       torch.randint(0, TINY.vocab_size, (4000,), generator=g), base)
+
+
+def tiny_cell(model: ModelConfig = TINY, **train) -> CellConfig:
+    """A cell that trains TINY (or `model`) for 30 steps in about a second."""
+    base = dict(steps=30, batch_size=8, lr=3e-3, warmup_steps=3, threads=1, log_every=5)
+    return CellConfig("tiny", model, TrainConfig(**{**base, **train}))
