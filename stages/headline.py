@@ -2,7 +2,9 @@
 
 `dvc exp show` lists every metric of every cell (hundreds of columns); this file gives
 the few an experiment is judged by, one row per cell in metrics/headline.json:
-final-loop mean hidden-state norm and perplexity at the training depth.
+final-loop mean hidden-state norm and perplexity at the training depth (paper A), and
+the mean loops and FLOP ratio to depth R at which the KL exit (A1) matches depth-R
+quality (paper B; null where no threshold matched).
 """
 
 import json
@@ -12,17 +14,24 @@ from loopscope.errors import DataError, run, write_json
 from loopscope.params import load_params, resolve_cell
 
 
+def read(kind: str, cell: str) -> dict:
+    path = paths.metrics_file(kind, cell)
+    if not path.is_file():
+        raise DataError(f"{path}: not found; run `dvc repro {kind}@{cell}`.")
+    return json.loads(path.read_text())
+
+
 def main() -> None:
     params = load_params()
     rows = {}
     for name in params.cells:
-        path = paths.metrics_file("diagnose", name)
-        if not path.is_file():
-            raise DataError(f"{path}: not found; run `dvc repro diagnose@{name}`.")
-        diag = json.loads(path.read_text())
+        diag, pol = (read(kind, name) for kind in ("diagnose", "policies"))
         last = f"k{resolve_cell(params, name).model.loops}"
+        a1 = pol["kl"] if pol["kl"].get("matched") else {}
         rows[name] = {"norm_final": diag["norm_mean"][last],
-                      "ppl_final": diag["ppl_at_depth"][last]}
+                      "ppl_final": diag["ppl_at_depth"][last],
+                      "a1_mean_loops": a1.get("mean_loops"),
+                      "a1_flops_ratio": a1.get("flops_ratio")}
     write_json(paths.HEADLINE, rows)
     print("headline: " + ", ".join(f"{n} ppl {r['ppl_final']:.1f} norm {r['norm_final']:.1f}"
                                    for n, r in rows.items()))

@@ -134,8 +134,13 @@ def test_stage_outputs_are_where_loopscope_paths_puts_them():
             str(paths.metrics_file("throughput", cell))} <= outs(stages[f"diagnose@{cell}"])
     assert str(paths.metrics_file("clamp", cell)) in outs(stages[f"clamp@{cell}"])
     assert str(paths.HEADLINE) in outs(stages["headline"])
-    for name, stage in stages.items():
-        if name.startswith("report@"):
-            report = name.split("@")[1]
-            assert str(paths.report_html(report)) in outs(stage)
-            assert str(paths.report_template(report)) in stage["deps"]
+    assert str(paths.table_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])
+    assert str(paths.metrics_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])
+    assert str(paths.table_file("policies", cell)) in outs(stages[f"policies@{cell}"])
+    assert str(paths.metrics_file("policies", cell)) in outs(stages[f"policies@{cell}"])
+    reports = [n for n in stages if n.startswith("report_")]
+    assert len(reports) == 3
+    for name in reports:
+        report = name.removeprefix("report_")
+        assert str(paths.report_html(report)) in outs(stages[name])
+        assert str(paths.report_template(report)) in stages[name]["deps"]

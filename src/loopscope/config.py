@@ -23,6 +23,7 @@ from loopscope.model import ModelConfig
 
 Loss = Literal["final", "per_loop"]  # loss placement
 DepthName = Literal["fixed", "lognormal"]  # loopscope.depth.SAMPLERS
+DepthMean = Literal["loops", "loops_plus_one"]  # E[r] of the lognormal sampler
 DeviceName = Literal["auto", "cpu", "cuda"]
 Precision = Literal["auto", "fp32", "bf16"]
 
@@ -35,6 +36,7 @@ class TrainConfig:
     norm_penalty: float = 0.0  # lambda * mean over loops of mean(H_k^2)
     depth: DepthName = "fixed"  # fixed: model.loops every step | lognormal: sampled (paper B)
     depth_sigma: float = 0.5  # sigma of the log-normal rate (depth: lognormal)
+    depth_mean: DepthMean = "loops"  # loops: E[r] = model.loops | loops_plus_one: Huginn's
     backprop_loops: int = 0  # gradients through the last N loops only (0: all loops)
     steps: int = 600  # optimizer steps (0: derived from epochs)
     epochs: float = 0.0  # passes over the training windows (0: use steps)

@@ -281,6 +281,36 @@ class Batches:
         return rows[:, :-1], rows[:, 1:]
 
 
+def window_sets(n_tokens: int, context: int, per_set: int, sets: int, what: str
+                ) -> list[np.ndarray]:
+    """Start offsets of `sets` disjoint sets of `per_set` non-overlapping windows each,
+    spread evenly over the whole split (every document contributes) and interleaved,
+    so the sets see the same distribution. what: the param that sets per_set, for
+    the error when the split is too short."""
+    slots = (n_tokens - 1) // context
+    total = per_set * sets
+    if total > slots:
+        raise DataError(f"{what} is {per_set}: {sets} sets of that many windows need "
+                        f"{total} windows of {context} tokens, but the validation split "
+                        f"holds {slots}; lower {what}.")
+    picked = np.floor(np.linspace(0, slots, total, endpoint=False)).astype(np.int64)
+    return [picked[i::sets] * context for i in range(sets)]
+
+
+def windows_at(tokens: torch.Tensor, context: int, starts: np.ndarray
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The windows (inputs, targets) that start at the given offsets."""
+    rows = torch.stack([tokens[s:s + context + 1] for s in starts.tolist()])
+    return rows[:, :-1], rows[:, 1:]
+
+
+def document_ids(tokens: torch.Tensor, eos_id: int, starts: np.ndarray) -> np.ndarray:
+    """The document each window starts in (documents end with the end-of-text token):
+    windows of one document are correlated, so intervals resample documents."""
+    ends = np.flatnonzero(tokens.numpy() == eos_id)
+    return np.searchsorted(ends, starts, side="right").astype(np.int64)
+
+
 def val_windows(tokens: torch.Tensor, context: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first n non-overlapping validation windows (inputs, targets), fixed for all
     cells so their diagnostics compare the same tokens."""

@@ -47,8 +47,11 @@ class Fixed:
 
 class LogNormal:
     """Paper B's randomized depth, after Huginn: r = 1 + Poisson(lam) with
-    lam ~ LogNormal(ln(loops - 1) - sigma^2 / 2, sigma), so E[r] = model.loops.
+    lam ~ LogNormal(ln(m) - sigma^2 / 2, sigma), so E[r] = m + 1.
 
+    train.depth_mean says what model.loops (R, the reference depth of every
+    evaluation) means: `loops` sets m = R - 1, so E[r] = R; `loops_plus_one` is
+    Huginn's code, m = R, so E[r] = R + 1 while evaluation runs R loops.
     One r per step, the same on every process: the sampler has its own generator,
     seeded from train.seed and saved in resume checkpoints.
     """
@@ -56,7 +59,8 @@ class LogNormal:
     varies = True
 
     def __init__(self, cfg: TrainConfig, loops: int) -> None:
-        self.loops, self.sigma = loops, cfg.depth_sigma
+        self.loops, self.sigma, self.convention = loops, cfg.depth_sigma, cfg.depth_mean
+        self.m = loops - 1 if cfg.depth_mean == "loops" else loops
         self.gen = torch.Generator().manual_seed(cfg.seed + 1)
 
     @staticmethod
@@ -65,16 +69,17 @@ class LogNormal:
         return None if loops >= 2 else "it is the mean sampled depth and must be >= 2"
 
     def sample(self) -> int:
-        mu = math.log(self.loops - 1) - self.sigma ** 2 / 2
+        mu = math.log(self.m) - self.sigma ** 2 / 2
         lam = torch.exp(mu + self.sigma * torch.randn(1, generator=self.gen, dtype=torch.float64))
         return 1 + int(torch.poisson(lam, generator=self.gen).item())
 
     def _draws(self) -> np.ndarray:
-        fresh = LogNormal(TrainConfig(depth_sigma=self.sigma, seed=STAT_SEED), self.loops)
+        cfg = TrainConfig(depth_sigma=self.sigma, depth_mean=self.convention, seed=STAT_SEED)
+        fresh = LogNormal(cfg, self.loops)
         return np.array([fresh.sample() for _ in range(STAT_SAMPLES)])
 
     def mean(self) -> float:
-        """E[r], estimated from STAT_SAMPLES draws with a fixed seed."""
+        """E[r] (m + 1), estimated from STAT_SAMPLES draws with a fixed seed."""
         return float(self._draws().mean())
 
     def quantile(self, q: float) -> int:

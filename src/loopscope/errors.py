@@ -9,11 +9,12 @@ finished.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,20 @@ def atomic_write_bytes(path: Path, data: bytes | memoryview) -> None:
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise OSError(err.errno, err.strerror, str(path)) from err
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """A temporary path to write `path` through: renamed to path when the block ends,
+    removed if it raises, so no half-written file is left under the real name."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_json(path: str | Path, obj: Any) -> None:

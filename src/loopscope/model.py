@@ -25,6 +25,9 @@ import torch.nn.functional as F
 # hook(k, H_k) -> H_k', called after loop k (1-based) before the state is read out and
 # fed back; used by the scale clamp and other interventions.
 LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
+# kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.exits); the
+# heads' queries, keys and values of the tokens computed in this call, (B, H, T, d_head).
+KV = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 # The options of a model, declared once; params validation derives the allowed values.
 Readout = Literal["normed", "raw", "final_norm"]
@@ -32,6 +35,7 @@ BlockKind = Literal["prenorm", "sandwich"]
 Inject = Literal["none", "add", "concat_adapter"]
 StateInit = Literal["embed", "noise"]
 FFN = Literal["gelu", "swiglu"]
+Init = Literal["gpt2", "huginn"]
 Read = Literal["all", "last", "none"]  # which loops a forward pass reads out
 
 
@@ -51,6 +55,7 @@ class ModelConfig:
     inject: Inject = "none"  # prelude output re-injected at every loop
     state_init: StateInit = "embed"  # embed (H_0 = prelude output) | noise
     ffn: FFN = "gelu"  # gelu: two 4d matrices | swiglu: gated, three 4d matrices
+    init: Init = "gpt2"  # weight init and input embedding scale (see LoopedLM.init_weights)
     dropout: float = 0.0
 
 
@@ -75,13 +80,19 @@ class Attention(nn.Module):
         self.proj.residual = True
         self.dropout = cfg.dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: KV | None = None) -> torch.Tensor:
+        """Causal self-attention over x (B, T, d); with kv, the queries of x attend to
+        what kv returns instead (per-token exits: frozen keys and values of exited
+        tokens, and a layout where x holds only the tokens still computing)."""
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)
                    for z in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        if kv is not None:
+            y = kv(q, k, v)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -120,11 +131,11 @@ class Block(nn.Module):
             self.n3, self.n4 = RMSNorm(cfg.d_model), RMSNorm(cfg.d_model)
         self.attn, self.mlp = Attention(cfg), MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: KV | None = None) -> torch.Tensor:
         if self.sandwich:
-            x = self.n2(self.attn(self.n1(x)) + x)
+            x = self.n2(self.attn(self.n1(x), kv) + x)
             return self.n4(self.mlp(self.n3(x)) + x)
-        x = x + self.attn(self.n1(x))
+        x = x + self.attn(self.n1(x), kv)
         return x + self.mlp(self.n2(x))
 
 
@@ -164,6 +175,19 @@ def schedule(loops: int, read: Read = "all", grad_loops: int = 0) -> LoopSchedul
     return LoopSchedule(loops, frozen, tuple(wanted))
 
 
+@dataclass(frozen=True)
+class Cost:
+    """Forward FLOPs per token of each part of a LoopedLM (see LoopedLM.cost)."""
+
+    prelude: float  # embedding to the prelude's output
+    loop: float  # one loop: re-injection and the shared core
+    readout: float  # coda and LM head: one readout
+
+    def uniform(self, loops: int) -> float:
+        """A forward pass at uniform depth `loops`, read out once."""
+        return self.prelude + self.loop * loops + self.readout
+
+
 @dataclass
 class LoopOutput:
     """Per-loop results: states[k-1] is H_k; logits[k-1] is its readout (None if unread);
@@ -190,17 +214,42 @@ class LoopedLM(nn.Module):
         self.norm_out = RMSNorm(cfg.d_model)  # used by the normed readouts only
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.embed.weight  # tied embeddings
+        # Huginn scales the input embedding by sqrt(d) (its embeddings start small).
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.init == "huginn" else 1.0
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """gpt2: N(0, 0.02), output projections of residual branches 0.02 / sqrt(2L).
+        huginn (Huginn's recipe): truncated normal (+-3 sigma) with sigma = sqrt(2/(5d)),
+        output projections sigma / sqrt(2L), embeddings sigma, times sqrt(d) at the input.
+        L = n_prelude + n_core * loops + n_coda, the expected depth in blocks."""
+        cfg = self.cfg
         n_layers = cfg.n_prelude + cfg.n_core * cfg.loops + cfg.n_coda
+        std = 0.02 if cfg.init == "gpt2" else math.sqrt(2 / (5 * cfg.d_model))
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)) and name != "head":
-                std = 0.02
-                if getattr(module, "residual", False):  # GPT-2 scaled residual init
-                    std = 0.02 / math.sqrt(2 * n_layers)
-                nn.init.normal_(module.weight, mean=0.0, std=std)
+                s = std / math.sqrt(2 * n_layers) if getattr(module, "residual", False) else std
+                if cfg.init == "gpt2":
+                    nn.init.normal_(module.weight, mean=0.0, std=s)
+                else:
+                    nn.init.trunc_normal_(module.weight, mean=0.0, std=s, a=-3 * s, b=3 * s)
 
     def num_params(self) -> int:
         """Unique parameters (the tied head counted once)."""
         return sum(p.numel() for p in self.parameters())
+
+    def cost(self) -> Cost:
+        """Forward FLOPs per token: 2 per weight of every matrix a token goes through,
+        plus attention's two (T x d) products at the mean query position, 4 d (T + 1) / 2
+        per block for a causal context T. Norms and elementwise ops are not counted
+        (a few percent at d = 128)."""
+        cfg = self.cfg
+        d, t = cfg.d_model, cfg.context
+        ffn = (3 if cfg.ffn == "swiglu" else 2) * 4 * d * d
+        block = 2 * (4 * d * d + ffn) + 2 * d * (t + 1)
+        adapter = 2 * 2 * d * d if cfg.inject == "concat_adapter" else 0
+        return Cost(prelude=cfg.n_prelude * block, loop=cfg.n_core * block + adapter,
+                    readout=cfg.n_coda * block + 2 * d * cfg.vocab_size)
 
     def read(self, h: torch.Tensor, last: bool) -> torch.Tensor:
         """Decode a loop's state to logits through the coda and the readout."""
@@ -210,6 +259,42 @@ class LoopedLM(nn.Module):
             h = self.norm_out(h)
         return self.head(h)
 
+    def inputs(self, idx: torch.Tensor) -> torch.Tensor:
+        """The prelude's output e for token ids (B, T): what loop 1 starts from (embed)
+        and what the core re-injects at every loop."""
+        t = idx.shape[1]
+        if t > self.cfg.context:
+            raise ValueError(f"sequence length {t} exceeds model.context {self.cfg.context}")
+        e = self.embed(idx) + self.pos(torch.arange(t, device=idx.device))
+        e = self.drop(e * self.embed_scale if self.embed_scale != 1.0 else e)
+        for block in self.prelude:
+            e = block(e)
+        return e
+
+    def initial_state(self, e: torch.Tensor, generator: torch.Generator | None = None
+                      ) -> torch.Tensor:
+        """H_0. embed: the prelude output. noise: Huginn's initialize_state, a
+        truncated normal (+-3 sigma, sigma = sqrt(2/(5d))) times sqrt(d); pass a seeded
+        generator to draw the same H_0 in every stage (training uses torch's RNG)."""
+        if self.cfg.state_init == "embed":
+            return e
+        std = math.sqrt(2.0 / (5 * self.cfg.d_model))
+        noise = torch.empty(e.shape, dtype=e.dtype, device=e.device)
+        nn.init.trunc_normal_(noise, std=std, a=-3 * std, b=3 * std, generator=generator)
+        return noise * math.sqrt(self.cfg.d_model)
+
+    def step(self, h: torch.Tensor, e: torch.Tensor, kvs: list[KV] | None = None
+             ) -> torch.Tensor:
+        """One loop: re-inject the prelude output, apply the shared core, and the
+        inter-loop norm if any. kvs: one attention override per core block."""
+        if self.cfg.inject == "add":
+            h = h + e
+        elif self.cfg.inject == "concat_adapter":
+            h = self.adapter(torch.cat([h, e], dim=-1))
+        for i, block in enumerate(self.core):
+            h = block(h, kvs[i] if kvs is not None else None)
+        return self.loop_norm(h) if self.loop_norm is not None else h
+
     def forward(
         self,
         idx: torch.Tensor,
@@ -217,6 +302,7 @@ class LoopedLM(nn.Module):
         hook: LoopHook | None = None,
         read: Read = "all",
         grad_loops: int = 0,
+        h0: torch.Tensor | None = None,
     ) -> LoopOutput:
         """Run `loops` loops (default: the configured count) over token ids (B, T).
 
@@ -225,31 +311,16 @@ class LoopedLM(nn.Module):
         grad_loops: truncated backprop (paper B): only the last grad_loops loops build a
         graph and are read out; the earlier ones run without gradients, so memory does
         not grow with a long sampled depth. 0: every loop.
+        h0: the initial state (B, T, d) for a noise state_init; default: drawn here.
         """
-        cfg = self.cfg
-        sched = schedule(cfg.loops if loops is None else loops, read, grad_loops)
-        t = idx.shape[1]
-        if t > cfg.context:
-            raise ValueError(f"sequence length {t} exceeds model.context {cfg.context}")
-        e = self.drop(self.embed(idx) + self.pos(torch.arange(t, device=idx.device)))
-        for block in self.prelude:
-            e = block(e)
-        if cfg.state_init == "noise":
-            h = torch.randn_like(e) * math.sqrt(2.0 / (5 * cfg.d_model))
-        else:
-            h = e
+        sched = schedule(self.cfg.loops if loops is None else loops, read, grad_loops)
+        e = self.inputs(idx)
+        h = self.initial_state(e) if h0 is None else h0.to(e.dtype)
         initial = h
         states, logits = [], []
         for k in range(1, sched.loops + 1):
             with torch.set_grad_enabled(torch.is_grad_enabled() and k > sched.frozen):
-                if cfg.inject == "add":
-                    h = h + e
-                elif cfg.inject == "concat_adapter":
-                    h = self.adapter(torch.cat([h, e], dim=-1))
-                for block in self.core:
-                    h = block(h)
-                if self.loop_norm is not None:
-                    h = self.loop_norm(h)
+                h = self.step(h, e)
             if hook is not None:
                 h = hook(k, h)
             states.append(h)

@@ -69,6 +69,37 @@ class DiagnoseConfig:
 
 
 @dataclass
+class ConvergenceConfig:
+    """Paper B's convergence measurements, on every cell."""
+
+    depth_factor: int = 4  # uniform depths 1 .. factor x the training depth R
+    epsilon: float = 1e-3  # a token has converged once KL stays below this
+    windows: int = 128  # validation windows per set (3 sets: probe, choose, report)
+    tolerance: float = 0.01  # saturation: depths within this many nats of the best
+    bootstrap: int = 1000  # resamples of documents behind every interval
+    batch_size: int = 16
+
+
+def _grid(*values: float) -> Any:
+    return field(default_factory=lambda: list(values))
+
+
+@dataclass
+class PoliciesConfig:
+    """Paper B's depth policies: threshold grids, the matching rule, the check schedule."""
+
+    match_nats: float = 0.01  # matched quality: mean CE within this of uniform depth R
+    kl: list = _grid(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # A1's epsilon
+    latent: list = _grid(0.01, 0.02, 0.05, 0.1, 0.2)  # relative state change
+    cosine: list = _grid(1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # 1 - cosine
+    probe: list = _grid(0.05, 0.1, 0.2, 0.3, 0.5)  # A2's probability of a later change
+    first: int = 1  # first loop with a check
+    every: int = 1  # loops between checks
+    cross_epsilon: float = 1e-3  # A1 on every cell, capped at depth_factor x R
+    batch_size: int = 16
+
+
+@dataclass
 class ReportConfig:
     """Which notebooks the report stage renders."""
 
@@ -82,6 +113,8 @@ SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "extract": ExtractConfig,
     "diagnose": DiagnoseConfig,
+    "convergence": ConvergenceConfig,
+    "policies": PoliciesConfig,
     "report": ReportConfig,
 }
 
@@ -105,6 +138,8 @@ class Params:
     train: TrainConfig
     extract: ExtractConfig
     diagnose: DiagnoseConfig
+    convergence: ConvergenceConfig
+    policies: PoliciesConfig
     report: ReportConfig
     cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)  # empty: each cell trains with train.seed
@@ -141,10 +176,17 @@ def _coerce(path: str, value: Any, default: Any) -> Any:
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
+    elif kind is list:
+        ok = isinstance(value, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        value = [float(v) for v in value] if ok else value
     else:
         ok = isinstance(value, kind)
     if not ok:
-        raise ParamsError(f"'{path}' must be a {kind.__name__}, got {value!r}.")
+        what = "list of numbers" if kind is list else kind.__name__
+        hint = (" (YAML reads 1e-3 as text: write 1.0e-3)"
+                if re.search(r"\de-?\d", str(value)) else "")
+        raise ParamsError(f"'{path}' must be a {what}, got {value!r}{hint}.")
     allowed = CHOICES.get(path)
     if allowed is not None and value not in allowed:
         raise ParamsError(
@@ -228,6 +270,21 @@ def _check_ranges(section: str, obj: Any) -> None:
         req("batch_size", obj.batch_size >= 1, ">= 1")
         if isinstance(obj, DiagnoseConfig):
             req("timing_repeats", obj.timing_repeats >= 1, ">= 1")
+    elif isinstance(obj, ConvergenceConfig):
+        req("depth_factor", obj.depth_factor >= 1, ">= 1")
+        req("epsilon", obj.epsilon > 0, "> 0")
+        for name in ("windows", "bootstrap", "batch_size"):
+            req(name, getattr(obj, name) >= 1, ">= 1")
+        req("tolerance", obj.tolerance >= 0, ">= 0")
+    elif isinstance(obj, PoliciesConfig):
+        req("match_nats", obj.match_nats > 0, "> 0")
+        for name in ("kl", "latent", "cosine", "probe"):
+            grid = getattr(obj, name)
+            req(name, bool(grid) and all(v > 0 for v in grid), "a non-empty list of numbers > 0")
+        req("probe", all(v < 1 for v in obj.probe), "probabilities below 1")
+        for name in ("first", "every", "batch_size"):
+            req(name, getattr(obj, name) >= 1, ">= 1")
+        req("cross_epsilon", obj.cross_epsilon > 0, "> 0")
     elif isinstance(obj, ReportConfig):
         req("timeout_s", obj.timeout_s >= 1, ">= 1")
 

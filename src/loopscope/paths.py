@@ -14,6 +14,7 @@ stages.
     extracts/<cell>/seed<N>/         per-loop hidden states of a validation slice
     metrics/<kind>/<cell>.json       per-cell metrics (kind: train, diagnose, clamp, ...)
     metrics/headline.json            the few numbers `dvc exp show` should list
+    tables/<kind>/<cell>.parquet     per-token or per-setting tables the reports draw
     reports/<name>.ipynb             report templates; reports/html/<name>.html rendered
 """
 
@@ -30,6 +31,7 @@ DVCLIVE = Path("dvclive")
 EXTRACTS = Path("extracts")
 METRICS = Path("metrics")
 HEADLINE = METRICS / "headline.json"
+TABLES = Path("tables")
 REPORTS = Path("reports")
 REPORTS_HTML = REPORTS / "html"
 SEED_PREFIX = "seed"
@@ -79,6 +81,10 @@ def extract_runs(cell: str) -> list[Path]:
 
 def metrics_file(kind: str, cell: str) -> Path:
     return METRICS / kind / f"{cell}.json"
+
+
+def table_file(kind: str, cell: str) -> Path:
+    return TABLES / kind / f"{cell}.parquet"
 
 
 def report_template(name: str) -> Path:

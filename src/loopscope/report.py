@@ -3,16 +3,21 @@ helpers the notebooks share."""
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import papermill as pm
+import torch
 from jupyter_client.manager import KernelManager
 from nbconvert import HTMLExporter
 
+from loopscope import paths
 from loopscope.config import CellConfig
 from loopscope.depth import SAMPLERS
 from loopscope.errors import atomic_write_bytes
@@ -28,6 +33,34 @@ def cell_group(cell: CellConfig) -> str:
     if m.inter_loop_norm or t.norm_penalty > 0 or m.readout == "raw":
         return "scale-controlled"
     return "normed baseline" if m.readout == "normed" else "final-norm only"
+
+
+def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str | None]:
+    """(main, second) of the paper B backbones: the one with the deepest training mean
+    (paper B's main setting, mean 8) and the shallowest other one (its saturation test,
+    mean 4); None where absent."""
+    by_depth = sorted(configs, key=lambda c: configs[c].model.loops)
+    if not by_depth:
+        return None, None
+    main, second = by_depth[-1], by_depth[0]
+    return main, second if configs[second].model.loops != configs[main].model.loops else None
+
+
+def provenance(seeds: list[int]) -> dict[str, str]:
+    """What a report was computed from: commit, params digest, torch, seeds, date."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "src", "stages", "reports/*.ipynb", "params.yaml", "dvc.yaml"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        commit += " (with uncommitted changes)" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown (not a git checkout)"
+    return {"commit": commit,
+            "params.yaml sha256": hashlib.sha256(paths.PARAMS.read_bytes()).hexdigest()[:16],
+            "torch": torch.__version__, "seeds": ", ".join(map(str, seeds)),
+            "date": datetime.date.today().isoformat()}
 
 
 def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s: int) -> None:

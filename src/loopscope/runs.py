@@ -11,15 +11,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from loopscope import compute, paths
 from loopscope.checkpoint import load_model
 from loopscope.config import CellConfig
-from loopscope.data import load_tokens, val_windows
+from loopscope.data import (
+    document_ids,
+    load_tokenizer,
+    load_tokens,
+    val_windows,
+    window_sets,
+    windows_at,
+)
 from loopscope.errors import CheckpointError
 from loopscope.model import LoopedLM
+from loopscope.tokenizer import EOS
+
+SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
 
 
 @dataclass
@@ -33,9 +44,55 @@ class Run:
     x: Tensor
     y: Tensor
     compute: compute.Compute
+    val: Tensor  # every validation token, on the CPU
+
+    def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
+        """Paper B's three disjoint sets of `per_set` windows each (probe training,
+        threshold choice, report), spread over the whole validation split and the same
+        for every cell and seed; what: the param behind per_set, for errors."""
+        eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
+        starts = window_sets(len(self.val), self.cell.model.context, per_set, len(SETS), what)
+        out = {}
+        for name, at in zip(SETS, starts, strict=True):
+            x, y = windows_at(self.val, self.cell.model.context, at)
+            h0 = initial_states(self.model, at, self.cell.train.seed)
+            out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
+                                document_ids(self.val, eos, at), h0)
+        return out
 
 
-def trained_runs(name: str, val_sequences: int) -> Iterator[Run]:
+@dataclass
+class Windows:
+    """Validation windows (inputs, targets on the run's device), where they start, the
+    document each starts in, and their initial states (None: H_0 is the embedding)."""
+
+    x: Tensor
+    y: Tensor
+    starts: np.ndarray
+    docs: np.ndarray
+    h0: Tensor | None
+
+    def token_docs(self) -> np.ndarray:
+        """The document of every token, in reading order (for intervals)."""
+        return np.repeat(self.docs, self.x.shape[1])
+
+
+@torch.no_grad()
+def initial_states(model: LoopedLM, starts: np.ndarray, seed: int) -> Tensor | None:
+    """H_0 of each window for a noise state_init, drawn from a generator seeded by the
+    run's seed and the window's start, so every stage and the runtime see the same
+    H_0 for the same window; None for an embedding state_init."""
+    if model.cfg.state_init == "embed":
+        return None
+    weight = next(model.parameters())
+    shape = (1, model.cfg.context, model.cfg.d_model)
+    rows = []
+    for start in starts.tolist():
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + int(start))
+        rows.append(model.initial_state(torch.empty(shape), gen))
+    return torch.cat(rows).to(weight.device)
+
+def trained_runs(name: str, val_sequences: int = 1) -> Iterator[Run]:
     """Each trained run of cell `name`, with the first val_sequences validation windows
     as data (the same for every cell and seed).
 
@@ -54,7 +111,7 @@ def trained_runs(name: str, val_sequences: int) -> Iterator[Run]:
         torch.set_num_threads(cell.train.threads)
         x, y = val_windows(tokens, cell.model.context, val_sequences)
         yield Run(path.stem, model.to(run_on.device), cell, x.to(run_on.device),
-                  y.to(run_on.device), run_on)
+                  y.to(run_on.device), run_on, tokens)
 
 
 def mean_over_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
