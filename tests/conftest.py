@@ -9,6 +9,7 @@ import torch
 
 from loopscope.config import CellConfig, TrainConfig
 from loopscope.model import LoopedLM, ModelConfig
+from loopscope.policies import Policy
 
 # Paper A's looped LM at toy size, and paper B's backbone around the same core.
 TINY = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
@@ -39,3 +40,15 @@ def tiny_cell(model: ModelConfig = TINY, **train) -> CellConfig:
     """A cell that trains TINY (or `model`) for 30 steps in about a second."""
     base = dict(steps=30, batch_size=8, lr=3e-3, warmup_steps=3, threads=1, log_every=5)
     return CellConfig("tiny", model, TrainConfig(**{**base, **train}))
+
+
+class Scripted(Policy):
+    """An exit policy that exits each token after a given loop, exit_at (B, T): any
+    exit pattern, for testing the exit semantics; it checks every loop."""
+
+    def __init__(self, exit_at: torch.Tensor) -> None:
+        super().__init__()
+        self.exit_at = exit_at.flatten()
+
+    def check(self, loops, h, logits, idx):
+        return self.exit_at.to(idx.device)[idx] == loops

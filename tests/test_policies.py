@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BACKBONE, tiny_tokens
+from conftest import BACKBONE, Scripted, tiny_tokens
 
 from loopscope.config import TrainConfig
 from loopscope.convergence import (
@@ -19,18 +19,7 @@ from loopscope.convergence import (
 )
 from loopscope.depth import sampler
 from loopscope.model import LoopedLM
-from loopscope.policies import KL, Cosine, Latent, Policy, Uniform, masked_forward
-
-
-class Scripted(Policy):
-    """Exits the tokens of a given mask at a given loop: any exit pattern."""
-
-    def __init__(self, plan: dict[int, torch.Tensor]) -> None:
-        super().__init__()
-        self.plan = plan
-
-    def check(self, loop, h, logits):
-        return self.plan.get(loop, torch.zeros(h.shape[:2], dtype=torch.bool))
+from loopscope.policies import KL, Cosine, Latent, Uniform, masked_forward
 
 
 def backbone(**overrides) -> LoopedLM:
@@ -46,22 +35,23 @@ def test_kl_policy_exits_where_the_kl_path_first_drops_below_epsilon():
                           log_target=True, reduction="sum")) for i in range(1, 6)]
     eps = (kls[2] + kls[3]) / 2  # below epsilon from the 4th comparison (loop 5) on
     assert kls[3] < eps < kls[2]
-    rule, h = KL(eps), torch.zeros(1, 1, 3)
-    rule.reset()
-    exits = [bool(rule.check(loop, h, path[loop - 1])) for loop in range(1, 7 - 1)]
+    rule, h, idx = KL(eps), torch.zeros(1, 3), torch.tensor([0])
+    rule.reset(1)
+    exits = [bool(rule.check(torch.tensor([loop]), h, path[loop - 1][0], idx))
+             for loop in range(1, 7 - 1)]
     assert exits == [False, False, False, False, True]
 
 
 def test_head_free_rules_compare_states_with_the_previous_check():
-    h1, h2 = torch.tensor([[[1.0, 0.0]]]), torch.tensor([[[1.0, 0.01]]])
+    h1, h2, idx = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.01]]), torch.tensor([0])
     latent, cosine = Latent(0.05), Cosine(1e-3)
     for rule in (latent, cosine):
-        rule.reset()
-        assert not rule.check(1, h1, None)  # nothing to compare with yet
-        assert rule.check(2, h2, None)
-    latent.reset()
-    latent.check(1, h1, None)
-    assert not latent.check(2, 3 * h1, None)  # relative change 2/3
+        rule.reset(1)
+        assert not rule.check(torch.tensor([1]), h1, None, idx)  # nothing to compare with yet
+        assert rule.check(torch.tensor([2]), h2, None, idx)
+    latent.reset(1)
+    latent.check(torch.tensor([1]), h1, None, idx)
+    assert not latent.check(torch.tensor([2]), 3 * h1, None, idx)  # relative change 2/3
 
 
 def test_a_token_that_exits_keeps_its_state_and_shows_its_exit_loop_keys():
@@ -69,8 +59,7 @@ def test_a_token_that_exits_keeps_its_state_and_shows_its_exit_loop_keys():
     x = tiny_tokens(1, 3)
     e = model.inputs(x)
     h0 = model.initial_state(e, torch.Generator().manual_seed(3))
-    first = torch.tensor([[True, False, False]])
-    run = masked_forward(model, x, Scripted({1: first}), cap=2, h0=h0)
+    run = masked_forward(model, x, Scripted(torch.tensor([[1, 2, 2]])), cap=2, h0=h0)
     assert run.exit_loop.tolist() == [[1, 2, 2]]
 
     # by hand: loop 1 for everyone, then loop 2 where position 0 offers its loop-1 k, v
@@ -117,8 +106,9 @@ def test_exited_states_do_not_change_at_later_loops():
     x = tiny_tokens(2, 16)
     h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))
     mask = torch.rand(2, 16, generator=torch.Generator().manual_seed(5)) < 0.5
-    short = masked_forward(model, x, Scripted({2: mask}), cap=2, h0=h0)
-    long = masked_forward(model, x, Scripted({2: mask}), cap=6, h0=h0)
+    exit_at = torch.where(mask, 2, 99)
+    short = masked_forward(model, x, Scripted(exit_at), cap=2, h0=h0)
+    long = masked_forward(model, x, Scripted(exit_at), cap=6, h0=h0)
     torch.testing.assert_close(long.state[mask], short.state[mask])
     assert not torch.allclose(long.state[~mask], short.state[~mask])
 

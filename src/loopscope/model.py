@@ -255,9 +255,14 @@ class LoopedLM(nn.Module):
         """Decode a loop's state to logits through the coda and the readout."""
         for block in self.coda:
             h = block(h)
+        return self.readout(h, last)
+
+    def readout(self, z: torch.Tensor, last: bool) -> torch.Tensor:
+        """The LM head over the coda's output, normalized first where the readout is
+        (normed; final_norm at the last loop only)."""
         if self.cfg.readout == "normed" or (self.cfg.readout == "final_norm" and last):
-            h = self.norm_out(h)
-        return self.head(h)
+            z = self.norm_out(z)
+        return self.head(z)
 
     def inputs(self, idx: torch.Tensor) -> torch.Tensor:
         """The prelude's output e for token ids (B, T): what loop 1 starts from (embed)

@@ -15,6 +15,7 @@ stages.
     metrics/<kind>/<cell>.json       per-cell metrics (kind: train, diagnose, clamp, ...)
     metrics/headline.json            the few numbers `dvc exp show` should list
     tables/<kind>/<cell>.parquet     per-token or per-setting tables the reports draw
+    metrics/bench/<name>.json        benchmark timings (python -m loopscope.bench)
     reports/<name>.ipynb             report templates; reports/html/<name>.html rendered
 """
 
@@ -32,6 +33,7 @@ EXTRACTS = Path("extracts")
 METRICS = Path("metrics")
 HEADLINE = METRICS / "headline.json"
 TABLES = Path("tables")
+BENCH = METRICS / "bench"
 REPORTS = Path("reports")
 REPORTS_HTML = REPORTS / "html"
 SEED_PREFIX = "seed"
@@ -85,6 +87,11 @@ def metrics_file(kind: str, cell: str) -> Path:
 
 def table_file(kind: str, cell: str) -> Path:
     return TABLES / kind / f"{cell}.parquet"
+
+
+def bench_file(name: str) -> Path:
+    """metrics/bench/<name>.json: a benchmark's timings (they vary between runs)."""
+    return BENCH / f"{name}.json"
 
 
 def report_template(name: str) -> Path:

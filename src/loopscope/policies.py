@@ -53,7 +53,14 @@ class MaskedKV:
 
 class Policy:
     """An exit rule. Checks run at loops first, first + every, ...; a rule comparing
-    two loops compares the current check with the previous one."""
+    two loops compares the current check with the previous one.
+
+    check() sees the tokens being checked as flat rows: the loop each has run (N,),
+    their states (N, d), their next-token logits (N, V) when the rule reads them, and
+    their positions idx in the flattened batch (B * T), so the masked reference (every
+    token), the runtime (only the active ones) and decoding (streams at different
+    loops) call it alike.
+    """
 
     name = "uniform"
     needs_logits = False
@@ -64,11 +71,13 @@ class Policy:
     def checks_at(self, loop: int) -> bool:
         return loop >= self.first and (loop - self.first) % self.every == 0
 
-    def reset(self) -> None:
-        """Forget the previous check (a new batch)."""
+    def reset(self, n_tokens: int) -> None:
+        """A new batch of n_tokens tokens: forget every previous check."""
+        self.n_tokens = n_tokens
 
-    def check(self, loop: int, h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        return torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
+    def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
+              idx: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(len(h), dtype=torch.bool, device=h.device)
 
 
 class Uniform(Policy):
@@ -79,17 +88,23 @@ class Uniform(Policy):
 
 
 class _Compare(Policy):
-    """A rule that measures how much something moved since the previous check."""
+    """A rule that measures how much something moved since the token's previous check."""
 
-    def reset(self) -> None:
+    def reset(self, n_tokens: int) -> None:
+        super().reset(n_tokens)
         self.prev: torch.Tensor | None = None
+        self.seen: torch.Tensor | None = None
 
-    def check(self, loop: int, h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+    def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
+              idx: torch.Tensor) -> torch.Tensor:
         now = self.signal(h, logits)
-        prev, self.prev = getattr(self, "prev", None), now
-        if prev is None:
-            return torch.zeros(h.shape[:2], dtype=torch.bool, device=h.device)
-        return self.distance(now, prev) < self.threshold
+        if self.prev is None:
+            self.prev = now.new_zeros((self.n_tokens, *now.shape[1:]))
+            self.seen = torch.zeros(self.n_tokens, dtype=torch.bool, device=now.device)
+        leaving = (self.distance(now, self.prev[idx]) < self.threshold) & self.seen[idx]
+        self.prev[idx] = now
+        self.seen[idx] = True
+        return leaving
 
 
 class KL(_Compare):
@@ -147,9 +162,9 @@ class Probe(Policy):
         super().__init__(threshold, first, every)
         self.weight, self.bias = weight, bias
 
-    def check(self, loop: int, h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        p = torch.sigmoid(h.float() @ self.weight.to(h.device) + self.bias)
-        return p < self.threshold
+    def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
+              idx: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(h.float() @ self.weight.to(h.device) + self.bias) < self.threshold
 
 
 RULES = {"uniform": Uniform, "kl": KL, "latent": Latent, "cosine": Cosine, "probe": Probe}
@@ -190,7 +205,8 @@ def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
     exit_loop = torch.full(idx.shape, cap, dtype=torch.long, device=idx.device)
     checks = torch.zeros(idx.shape, dtype=torch.long, device=idx.device)
     last_angle = torch.zeros(idx.shape, dtype=torch.float32, device=idx.device)
-    policy.reset()
+    tokens = torch.arange(idx.numel(), device=idx.device)
+    policy.reset(idx.numel())
     for loop in range(1, cap + 1):
         for kv in kvs:
             kv.active = active
@@ -199,9 +215,10 @@ def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
         h = torch.where(active[..., None], new, h)
         if loop == cap or not policy.checks_at(loop):
             continue
-        logits = model.read(h, last=True) if policy.needs_logits else None
+        logits = model.read(h, last=True).flatten(0, 1) if policy.needs_logits else None
         checks += active
-        leaving = policy.check(loop, h, logits) & active
+        loops = torch.full_like(tokens, loop)
+        leaving = policy.check(loops, h.flatten(0, 1), logits, tokens).view(idx.shape) & active
         exit_loop[leaving] = loop
         active &= ~leaving
         if not active.any():
@@ -246,15 +263,16 @@ def evaluate(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor
     return PolicyResult(cat["ce"], cat["exit"], cat["checks"], cat["angle"])
 
 
-def flops_per_token(model: LoopedLM, result: PolicyResult, reads_logits: bool) -> float:
-    """Mean forward FLOPs per token of a policy's decisions: prelude, each loop a token
-    ran, each check it was part of (a coda and head pass for a rule that reads logits,
-    a few d-sized vector operations for a head-free one), and the final readout.
-    Attention counted at the mean query position (context / 2)."""
+def flops_per_token(model: LoopedLM, exit_loop: np.ndarray, checks: np.ndarray,
+                    reads_logits: bool) -> float:
+    """Mean forward FLOPs per token of exit decisions: prelude, each loop a token ran,
+    each check it was part of (a coda and head pass for a rule that reads logits, a
+    few d-sized vector operations for a head-free one), and the final readout.
+    Attention counted at the mean query position (see LoopedLM.cost)."""
     cost = model.cost()
     check = cost.readout if reads_logits else 4 * model.cfg.d_model
-    return (cost.prelude + cost.loop * result.exit_loop.mean()
-            + check * result.checks.mean() + cost.readout)
+    return float(cost.prelude + cost.loop * np.mean(exit_loop) + check * np.mean(checks)
+                 + cost.readout)
 
 
 def make(name: str, threshold: float = 0.0, first: int = 1, every: int = 1,
@@ -346,7 +364,7 @@ def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
             res = per_set[s]
             outcomes[s].setdefault(rule, []).append(Outcome(
                 rule, threshold, res.ce, res.exit_loop,
-                flops_per_token(model, res, RULES[rule].needs_logits)))
+                flops_per_token(model, res.exit_loop, res.checks, RULES[rule].needs_logits)))
     base = {s: outcomes[s]["uniform"][r - 1] for s in outcomes}
     depth = matched(outcomes["choose"]["uniform"], base["choose"].mean_ce, match)
     m = int(depth.threshold)

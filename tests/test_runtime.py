@@ -1,0 +1,89 @@
+"""The adaptive runtime equals the masked reference: scoring and decoding, for random
+exit patterns, on models with and without prelude and coda."""
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import BACKBONE, TINY, Scripted
+
+from loopscope.model import LoopedLM
+from loopscope.policies import KL, Latent, Uniform, masked_forward
+from loopscope.runtime import Layout, generate, score
+
+MODELS = {
+    "paper A (no prelude/coda)": TINY,
+    "backbone (prelude, coda 1)": BACKBONE,
+    "backbone, coda 2, two core blocks": dataclasses.replace(BACKBONE, n_coda=2, n_core=2),
+    "inter-loop norm, add inject": dataclasses.replace(TINY, inter_loop_norm=True,
+                                                        inject="add", n_prelude=1),
+}
+
+
+def setup(cfg, b=3, t=16, seed=0):
+    torch.manual_seed(seed)
+    model = LoopedLM(cfg).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randint(0, cfg.vocab_size, (b, t), generator=g)
+    h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(seed + 2))
+    return model, x, h0
+
+
+def random_exits(b, t, cap, seed):
+    return torch.randint(1, cap + 1, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_scoring_equals_the_masked_reference_for_random_exits(name, seed):
+    model, x, h0 = setup(MODELS[name], seed=seed)
+    exit_at = random_exits(*x.shape, 6, seed)
+    ref = masked_forward(model, x, Scripted(exit_at), cap=6, h0=h0)
+    run = score(model, x, Scripted(exit_at), cap=6, h0=h0)
+    assert torch.equal(run.exit_loop, ref.exit_loop) and torch.equal(run.exit_loop, exit_at)
+    torch.testing.assert_close(run.state, ref.state, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(run.logits, ref.logits, rtol=1e-4, atol=1e-4)
+    # the work done shrinks as tokens exit: loop i computes the tokens not yet exited
+    assert run.active_per_loop == [int((exit_at >= i).sum()) for i in range(1, 7)]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_decoding_equals_the_masked_reference_for_random_exits(name):
+    model, x, h0 = setup(MODELS[name], b=3, t=12)
+    exit_at = random_exits(3, 12, 5, 7)
+    ref = masked_forward(model, x, Scripted(exit_at), cap=5, h0=h0)
+    run = generate(model, x, Scripted(exit_at), cap=5, h0=h0)
+    assert torch.equal(run.exit_loop, exit_at)
+    torch.testing.assert_close(run.logits, ref.logits, rtol=1e-4, atol=1e-4)
+    # depth-wise batching: streams share steps, so the decode takes about the mean
+    # number of loops per stream, not the deepest path of every position
+    assert run.steps <= int(exit_at.sum(1).max())
+
+
+@pytest.mark.parametrize("rule", [KL(1e-2), Latent(0.2)])
+def test_real_policies_decide_alike_in_the_runtime_and_the_reference(rule):
+    model, x, h0 = setup(BACKBONE, b=2, t=16)
+    ref = masked_forward(model, x, rule, cap=8, h0=h0)
+    run = score(model, x, rule, cap=8, h0=h0)
+    assert torch.equal(run.exit_loop, ref.exit_loop) and torch.equal(run.checks, ref.checks)
+    torch.testing.assert_close(run.logits, ref.logits, rtol=1e-4, atol=1e-4)
+    assert 1 < ref.exit_loop.float().mean() < 8  # the rule did exit some tokens early
+
+
+def test_uniform_decoding_is_a_plain_forward_pass():
+    model, x, h0 = setup(BACKBONE, b=2, t=10)
+    run = generate(model, x, Uniform(), cap=4, h0=h0)
+    plain = model(x, loops=4, read="last", h0=h0).logits[-1]
+    torch.testing.assert_close(run.logits, plain, rtol=1e-4, atol=1e-4)
+    assert run.steps == 10 * 4
+
+
+def test_layout_pads_each_rows_active_queries():
+    active = torch.tensor([[True, False, True, True], [False, False, False, False],
+                           [False, True, False, False]])
+    lay = Layout.of(active)
+    assert lay.idx.tolist() == [0, 2, 3, 9]
+    assert lay.rows.tolist() == [0, 2] and lay.slots == 3
+    assert lay.row_of.tolist() == [0, 0, 0, 1] and lay.slot_of.tolist() == [0, 1, 2, 0]
+    # row 0's second query sits at position 2: it sees keys 0..2
+    assert lay.mask[0, 0, 1].tolist() == [True, True, True, False]
