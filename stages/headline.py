@@ -4,7 +4,8 @@
 the few an experiment is judged by, one row per cell in metrics/headline.json:
 final-loop mean hidden-state norm and perplexity at the training depth (paper A), and
 the mean loops and FLOP ratio to depth R at which the KL exit (A1) matches depth-R
-quality (paper B; null where no threshold matched).
+quality (paper B, the cells of policies.cells; null where no threshold matched or
+the policies were not swept).
 """
 
 import json
@@ -25,9 +26,10 @@ def main() -> None:
     params = load_params()
     rows = {}
     for name in params.cells:
-        diag, pol = (read(kind, name) for kind in ("diagnose", "policies"))
+        diag = read("diagnose", name)
+        pol = read("policies", name) if name in params.policies.cells else {}
         last = f"k{resolve_cell(params, name).model.loops}"
-        a1 = pol["kl"] if pol["kl"].get("matched") else {}
+        a1 = pol["kl"] if pol.get("kl", {}).get("matched") else {}
         rows[name] = {"norm_final": diag["norm_mean"][last],
                       "ppl_final": diag["ppl_at_depth"][last],
                       "a1_mean_loops": a1.get("mean_loops"),

@@ -143,12 +143,13 @@ def test_resolved_bytes_change_only_for_affected_cells():
     changed = {name for name in BASE["cells"]
                if resolve_cell(before, name).to_json() != resolve_cell(after, name).to_json()}
     assert changed == {name for name, cell in BASE["cells"].items()
-                       if "readout" not in cell.get("model", {})} == {"backbone"}
+                       if "readout" not in cell.get("model", {})} == {"backbone", "backbone_mean4"}
     after = parse_params(with_("train.lr", 0.001))
     changed = {n for n in BASE["cells"]
                if resolve_cell(before, n).to_json() != resolve_cell(after, n).to_json()}
     assert changed == {n for n, cell in BASE["cells"].items()
-                       if "lr" not in cell.get("train", {})} == set(BASE["cells"]) - {"backbone"}
+                       if "lr" not in cell.get("train", {})} \
+        == set(BASE["cells"]) - {"backbone", "backbone_mean4"}
 
 
 def test_cell_config_round_trips():
@@ -202,3 +203,14 @@ def test_option_values_are_declared_once_as_literal_types():
     assert set(CHOICES["train.depth"]) == set(SAMPLERS)
     assert {"tokenizer.kind", "train.device", "train.precision", "model.block",
             "model.inject", "model.state_init", "model.ffn"} <= set(CHOICES)
+
+
+def test_policies_cells_must_be_cells():
+    with pytest.raises(ParamsError, match=r"'policies.cells' names 'backbon', which is not a "
+                                          r"cell. Did you mean 'backbone'\?"):
+        parse_params(with_("policies.cells", ["backbon"]))
+    with pytest.raises(ParamsError, match=r"'policies.cells' must be a list of names"):
+        parse_params(with_("policies.cells", [1]))
+    with pytest.raises(ParamsError, match=r"'policies.kl' must be a list of numbers, got "
+                                          r"\['1e-3'\] \(YAML reads 1e-3 as text"):
+        parse_params(with_("policies.kl", ["1e-3"]))

@@ -63,8 +63,11 @@ def instances() -> list[tuple[str, dict]]:
             out.append((name, stage))
             continue
         items = stage["foreach"]
-        if isinstance(items, str):  # ${cells}
-            items = params[items.strip("${}")]
+        if isinstance(items, str):  # ${cells}, ${policies.cells}
+            for key in items.strip("${}").split("."):
+                params = params[key]
+            items = params
+            params = yaml.safe_load((ROOT / "params.yaml").read_text())
         for item in items:
             text = yaml.safe_dump(stage["do"]).replace("${key}", item).replace("${item}", item)
             out.append((f"{name}@{item}", yaml.safe_load(text)))
@@ -136,8 +139,9 @@ def test_stage_outputs_are_where_loopscope_paths_puts_them():
     assert str(paths.HEADLINE) in outs(stages["headline"])
     assert str(paths.table_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])
     assert str(paths.metrics_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])
-    assert str(paths.table_file("policies", cell)) in outs(stages[f"policies@{cell}"])
-    assert str(paths.metrics_file("policies", cell)) in outs(stages[f"policies@{cell}"])
+    backbone = yaml.safe_load((ROOT / "params.yaml").read_text())["policies"]["cells"][0]
+    assert str(paths.table_file("policies", backbone)) in outs(stages[f"policies@{backbone}"])
+    assert str(paths.metrics_file("policies", backbone)) in outs(stages[f"policies@{backbone}"])
     reports = [n for n in stages if n.startswith("report_")]
     assert len(reports) == 3
     for name in reports:

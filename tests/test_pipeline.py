@@ -55,6 +55,7 @@ def copy_repo(dest: Path) -> Path:
 
 
 SEEDS = [42, 43]
+PER_CELL = ("train", "extract", "diagnose", "clamp", "convergence", "policies")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,14 @@ def test_repro_writes_report_and_finite_metrics(repo):
     html = repo / "reports" / "html" / "blind_spot.html"
     assert html.is_file() and "Hidden-state norm per loop" in html.read_text()
     assert "<img" in html.read_text()  # the seaborn figure is embedded
+    convergence = (repo / "reports" / "html" / "convergence.html").read_text()
+    assert "Elasticity" in convergence and "<img" in convergence
+    index = (repo / "reports" / "html" / "index.html").read_text()
+    assert 'href="blind_spot.html"' in index and 'href="convergence.html"' in index
+    assert "Paper B: per-token fixed-point convergence" in index
+    bench = json.loads((repo / "metrics" / "bench" / "exits.json").read_text())
+    for mode in ("scoring", "generation_batch1", "generation_batched"):
+        assert set(bench[mode]["realized"]) == set(bench[mode]["ideal"])
     for cell in CELLS:
         metrics = json.loads((repo / "metrics" / "diagnose" / f"{cell}.json").read_text())
         assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3", "k4"}
@@ -93,9 +102,13 @@ def test_repro_writes_report_and_finite_metrics(repo):
     assert not [p for p in (repo / "checkpoints").rglob("*") if p.is_file()]
     shown = sh(["dvc", "metrics", "show", "--json"], repo).stdout
     assert "norm_mean" in shown and "ppl_at_depth" in shown
+    assert "metrics/policies/backbone.json" in shown  # per policy: loops and FLOP ratio
+    assert "mean_loops" in shown and "flops_ratio" in shown
     headline = json.loads((repo / "metrics" / "headline.json").read_text())
     assert set(headline) == set(CELLS)
-    assert all(math.isfinite(v) for row in headline.values() for v in row.values())
+    # the A1 columns are null where no KL threshold matched depth R's quality
+    assert all(v is None and k.startswith("a1_") or math.isfinite(v)
+               for row in headline.values() for k, v in row.items())
 
 
 def test_second_repro_runs_nothing(repo):
@@ -122,8 +135,8 @@ def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     result = sh(["dvc", "exp", "run", "-n", "raw-readout", "-S", "model.readout=raw"], repo)
     out = result.stdout
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
-    assert ran == {"configure", "train@backbone", "extract@backbone", "diagnose@backbone",
-                   "clamp@backbone", "headline", "report@blind_spot"}, out
+    assert ran == {"configure", *(f"{s}@backbone" for s in PER_CELL), "bench_exits",
+                   "headline", "report_blind_spot", "report_convergence", "report_index"}, out
     for cell in CELLS[:-1]:
         assert f"Stage 'train@{cell}' didn't change, skipping" in out
     assert "Stage 'prepare' didn't change, skipping" in out

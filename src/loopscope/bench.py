@@ -225,7 +225,7 @@ def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> 
             for e in events[:12]]
 
 
-def exits(params: Params, cell: str | None, repeats: int) -> dict[str, Any]:
+def exits(params: Params, cell: str | None, repeats: int | None = None) -> dict[str, Any]:
     """The exit benchmark (module doc) on `cell` (default: the main paper B backbone)."""
     if cell is None:
         configs = {c: load_cell(paths.config_file(c)) for c in params.cells}
@@ -238,6 +238,8 @@ def exits(params: Params, cell: str | None, repeats: int) -> dict[str, Any]:
         raise DataError(f"{metrics_path}: not found; run `dvc repro policies@{cell}` first.")
     metrics = json.loads(metrics_path.read_text())
     r, m = metrics["reference_depth"], metrics["uniform"]["matched_depth"]
+    repeats = repeats or params.bench.repeats
+    tokens = min(params.bench.decode_tokens, load_cell(paths.config_file(cell)).model.context)
     first = next(trained_runs(cell))
     model, cfg = first.model, params.policies
     torch.set_num_threads(first.cell.train.threads)
@@ -257,9 +259,9 @@ def exits(params: Params, cell: str | None, repeats: int) -> dict[str, Any]:
                         "threads": torch.get_num_threads(), "torch": torch.__version__,
                         "device": str(first.compute.device)},
             "scoring": scoring(model, report, policies, r, m, cfg.batch_size, repeats),
-            "generation_batch1": decoding(model, report, policies, r, m, 1, 64, repeats),
-            "generation_batched": decoding(model, report, policies, r, m, cfg.batch_size, 64,
-                                           max(2, repeats // 2)),
+            "generation_batch1": decoding(model, report, policies, r, m, 1, tokens, repeats),
+            "generation_batched": decoding(model, report, policies, r, m, cfg.batch_size,
+                                           tokens, max(1, repeats // 2)),
         }
         if policies:
             best = max(policies, key=lambda n: result["scoring"]["realized"][n])
@@ -273,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
     ex = sub.add_parser("exits", help="adaptive runtime: realized vs ideal speedup")
     ex.add_argument("--cell", help="a trained cell (default: the main paper B backbone)")
-    ex.add_argument("--repeats", type=int, default=5)
+    ex.add_argument("--repeats", type=int, help="timed rounds (default: bench.repeats)")
     ex.add_argument("--out", default=str(paths.bench_file("exits")))
     args = parser.parse_args(argv)
     params = load_params()

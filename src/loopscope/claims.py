@@ -216,11 +216,13 @@ def _policy_claims(p: dict[str, Any] | None, r: int) -> list[Claim]:
                               ("probe", "7.99 mean loops: no saving",
                                "A2 (oracle-labelled probe) saves nothing")):
         q = p.get(rule)
-        if q is None or not q.get("matched"):
+        if q is None:
+            out.append(not_shown(text, paper, "-", f"the {rule} rule was not swept"))
+            continue
+        if not q.get("matched"):
             out.append(Claim(text, paper, f"a threshold whose CE is within {match} nats of "
                              "depth R on the choose windows", "no threshold matched",
-                             "inconclusive" if q is None else "contradicted"
-                             if rule == "kl" else "holds"))
+                             "contradicted" if rule == "kl" else "holds"))
             continue
         delta = Interval.of(q["delta_ce"])
         loops = q["mean_loops"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ class ConvergenceConfig:
     batch_size: int = 16
 
 
-def _grid(*values: float) -> Any:
+def _list(*values: Any) -> Any:
     return field(default_factory=lambda: list(values))
 
 
@@ -88,15 +89,24 @@ def _grid(*values: float) -> Any:
 class PoliciesConfig:
     """Paper B's depth policies: threshold grids, the matching rule, the check schedule."""
 
+    cells: list[str] = _list("backbone")  # the cells whose policies are swept
     match_nats: float = 0.01  # matched quality: mean CE within this of uniform depth R
-    kl: list = _grid(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # A1's epsilon
-    latent: list = _grid(0.01, 0.02, 0.05, 0.1, 0.2)  # relative state change
-    cosine: list = _grid(1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # 1 - cosine
-    probe: list = _grid(0.05, 0.1, 0.2, 0.3, 0.5)  # A2's probability of a later change
+    kl: list[float] = _list(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # A1's epsilon
+    latent: list[float] = _list(0.01, 0.02, 0.05, 0.1, 0.2)  # relative state change
+    cosine: list[float] = _list(1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # 1 - cosine
+    probe: list[float] = _list(0.05, 0.1, 0.2, 0.3, 0.5)  # A2's probability of a later change
     first: int = 1  # first loop with a check
     every: int = 1  # loops between checks
     cross_epsilon: float = 1e-3  # A1 on every cell, capped at depth_factor x R
     batch_size: int = 16
+
+
+@dataclass
+class BenchConfig:
+    """The exit benchmark (python -m loopscope.bench exits)."""
+
+    repeats: int = 5  # timed rounds per configuration; the median is reported
+    decode_tokens: int = 64  # tokens decoded per stream
 
 
 @dataclass
@@ -115,6 +125,7 @@ SECTIONS: dict[str, type] = {
     "diagnose": DiagnoseConfig,
     "convergence": ConvergenceConfig,
     "policies": PoliciesConfig,
+    "bench": BenchConfig,
     "report": ReportConfig,
 }
 
@@ -140,6 +151,7 @@ class Params:
     diagnose: DiagnoseConfig
     convergence: ConvergenceConfig
     policies: PoliciesConfig
+    bench: BenchConfig
     report: ReportConfig
     cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)  # empty: each cell trains with train.seed
@@ -166,8 +178,9 @@ def _unknown(path: str, key: str, known: list[str]) -> ParamsError:
     )
 
 
-def _coerce(path: str, value: Any, default: Any) -> Any:
-    """Check one value against the type of its default; ints are accepted as floats."""
+def _coerce(path: str, value: Any, default: Any, hint: Any = None) -> Any:
+    """Check one value against the type of its default (for a list, the element type
+    of its hint); ints are accepted as floats."""
     kind = type(default)
     if kind is bool:
         ok = isinstance(value, bool)
@@ -176,6 +189,8 @@ def _coerce(path: str, value: Any, default: Any) -> Any:
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
+    elif kind is list and typing.get_args(hint) == (str,):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     elif kind is list:
         ok = isinstance(value, list) and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
@@ -183,7 +198,8 @@ def _coerce(path: str, value: Any, default: Any) -> Any:
     else:
         ok = isinstance(value, kind)
     if not ok:
-        what = "list of numbers" if kind is list else kind.__name__
+        items = "names" if typing.get_args(hint) == (str,) else "numbers"
+        what = f"list of {items}" if kind is list else kind.__name__
         hint = (" (YAML reads 1e-3 as text: write 1.0e-3)"
                 if re.search(r"\de-?\d", str(value)) else "")
         raise ParamsError(f"'{path}' must be a {what}, got {value!r}{hint}.")
@@ -203,11 +219,12 @@ def _build(section: str, cls: type, raw: Any) -> Any:
         raise ParamsError(f"'{section}' must be a mapping of keys to values, got {raw!r}.")
     defaults = cls()
     known = [f.name for f in fields(cls)]
+    hints = typing.get_type_hints(cls)
     values = {}
     for key, value in raw.items():
         if key not in known:
             raise _unknown(section, str(key), known)
-        values[key] = _coerce(f"{section}.{key}", value, getattr(defaults, key))
+        values[key] = _coerce(f"{section}.{key}", value, getattr(defaults, key), hints[key])
     obj = cls(**values)
     _check_ranges(section, obj)
     return obj
@@ -285,6 +302,9 @@ def _check_ranges(section: str, obj: Any) -> None:
         for name in ("first", "every", "batch_size"):
             req(name, getattr(obj, name) >= 1, ">= 1")
         req("cross_epsilon", obj.cross_epsilon > 0, "> 0")
+    elif isinstance(obj, BenchConfig):
+        req("repeats", obj.repeats >= 1, ">= 1")
+        req("decode_tokens", obj.decode_tokens >= 1, ">= 1")
     elif isinstance(obj, ReportConfig):
         req("timeout_s", obj.timeout_s >= 1, ">= 1")
 
@@ -320,6 +340,12 @@ def parse_params(raw: Any) -> Params:
                 raise _unknown(f"cells.{name}", str(section), list(CELL_SECTIONS))
         params.cells[name] = overrides
         resolve_cell(params, name)  # validates the overrides now, not at training time
+    for name in params.policies.cells:
+        if name not in params.cells:
+            hint = difflib.get_close_matches(name, list(params.cells), n=1)
+            raise ParamsError(f"'policies.cells' names '{name}', which is not a cell."
+                              + (f" Did you mean '{hint[0]}'?" if hint else "")
+                              + f" Cells: {', '.join(params.cells)}.")
     return params
 
 
