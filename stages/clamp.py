@@ -16,7 +16,7 @@ def main() -> None:
     results = []
     for r in trained_runs(name, params.diagnose.val_sequences):
         with r.compute.autocast():
-            results.append(clamp_effect(r.model, r.x, r.y, params.diagnose.batch_size))
+            results.append(clamp_effect(r.model, r.x, r.y, params.diagnose.batch_size, r.h0))
     result = mean_over_runs(results)
     write_json(paths.metrics_file("clamp", name), result)
     last = max(result["ce_readout"], key=lambda k: int(k[1:]))

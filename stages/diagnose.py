@@ -23,10 +23,10 @@ def main() -> None:
     for r in trained_runs(name, params.diagnose.val_sequences):
         ext = load_extract(paths.extract_dir(name, r.tag))
         with r.compute.autocast():
-            runs.append(diagnose(r.model, r.x, r.y, batch, ext))
+            runs.append(diagnose(r.model, r.x, r.y, batch, ext, r.h0))
             # Timings vary from run to run: kept apart so the metrics stay reproducible.
             speeds.append({f"k{k}": throughput(r.model, r.x, batch, k,
-                                               params.diagnose.timing_repeats)
+                                               params.diagnose.timing_repeats, r.h0)
                            for k in range(1, r.cell.model.loops + 1)})
     metrics = mean_over_runs(runs)
     for key in ("ppl_at_depth", "norm_mean"):

@@ -16,7 +16,7 @@ def main() -> None:
     for r in trained_runs(name, params.extract.val_sequences):
         out = paths.extract_dir(name, r.tag)
         with r.compute.autocast():
-            ext = write_extract(r.model, r.x, r.y, params.extract.batch_size, out, name)
+            ext = write_extract(r.model, r.x, r.y, params.extract.batch_size, out, name, r.h0)
         print(f"extract {name} {r.tag}: {ext.meta['tokens']:,} tokens x "
               f"{ext.meta['loops'] + 1} states -> {out}/")
 

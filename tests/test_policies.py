@@ -171,3 +171,16 @@ def test_trajectory_kl_and_ce_agree_with_a_direct_computation():
     kl4 = (logp[3].exp() * (logp[3] - logp[2])).sum(-1).flatten()
     np.testing.assert_allclose(traj.kl[3], kl4.detach().numpy(), rtol=1e-3, atol=1e-6)
     assert np.isnan(traj.kl[0]).all() and traj.states.shape == (2, 32, BACKBONE.d_model)
+
+
+def test_initial_states_are_keyed_by_seed_and_window_start():
+    from loopscope.runs import initial_states
+
+    model = backbone()
+    both = initial_states(model, np.array([0, 16]), seed=42)
+    torch.testing.assert_close(initial_states(model, np.array([16]), seed=42)[0], both[1])
+    assert not torch.equal(initial_states(model, np.array([16]), seed=43)[0], both[1])
+    assert not torch.equal(both[0], both[1])
+    rms = both.pow(2).mean().sqrt()  # Huginn's: sqrt(2 / 5d) times sqrt(d), about 0.6
+    assert 0.5 < rms < 0.7
+    assert initial_states(backbone(state_init="embed"), np.array([0]), seed=42) is None

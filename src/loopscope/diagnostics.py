@@ -44,6 +44,11 @@ def norm_stats(norms: np.ndarray) -> dict[str, float]:
 # ---------------------------------------------------------------------------- extract
 
 
+def _rows(h0: torch.Tensor | None, i: int, n: int) -> torch.Tensor | None:
+    """The initial states of windows i .. i + n, if the model takes them."""
+    return None if h0 is None else h0[i:i + n]
+
+
 def _numpy(t: torch.Tensor) -> np.ndarray:
     """A tensor on any device, in any dtype, as numpy (bf16 widened to float32)."""
     t = t.detach().cpu()
@@ -71,8 +76,9 @@ class Extract:
 
 @torch.no_grad()
 def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                  out: Path, cell: str) -> Extract:
-    """Run the model over (x, y) and write the extract folder out/ (see Extract)."""
+                  out: Path, cell: str, h0: torch.Tensor | None = None) -> Extract:
+    """Run the model over (x, y) and write the extract folder out/ (see Extract).
+    h0: the windows' initial states for a noise state_init (loopscope.runs)."""
     cfg = model.cfg
     n, t = x.shape
     out.mkdir(parents=True, exist_ok=True)
@@ -83,7 +89,7 @@ def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size:
     for i in range(0, n, batch_size):
         xb = x[i:i + batch_size]
         rows = slice(i * t, (i + len(xb)) * t)
-        out_b = model(xb, read="none")
+        out_b = model(xb, read="none", h0=_rows(h0, i, batch_size))
         states[0, rows] = _numpy(out_b.initial.flatten(0, 1))
         for k, h in enumerate(out_b.states, 1):
             states[k, rows] = _numpy(h.flatten(0, 1))
@@ -224,7 +230,8 @@ def update_metrics(ext: Extract) -> dict[str, dict[str, float]]:
 
 @torch.no_grad()
 def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                loops: int | None = None) -> tuple[list[float], np.ndarray]:
+                loops: int | None = None, h0: torch.Tensor | None = None
+                ) -> tuple[list[float], np.ndarray]:
     """Cross-entropy at inference depth K = 1..loops, and per-token norms per loop.
 
     The state after loop K does not depend on later loops, so one pass to the deepest
@@ -237,7 +244,7 @@ def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: i
     norms: list[list[torch.Tensor]] = [[] for _ in range(loops)]
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        out = model(xb, loops=loops, read="none")
+        out = model(xb, loops=loops, read="none", h0=_rows(h0, i, batch_size))
         for k, h in enumerate(out.states):
             ce_sum[k] += loop_ce(model.read(h, last=True), yb).double() * yb.numel()
             norms[k].append(h.float().norm(dim=-1).flatten())
@@ -247,19 +254,19 @@ def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: i
 
 @torch.no_grad()
 def throughput(model: LoopedLM, x: torch.Tensor, batch_size: int, loops: int,
-               repeats: int = 3) -> float:
+               repeats: int = 3, h0: torch.Tensor | None = None) -> float:
     """Inference tokens/s at depth `loops` (best of `repeats` timed passes over x).
 
     A timing: compare cells measured in the same run, not across machines.
     """
     model.eval()
-    model(x[:batch_size], loops=loops, read="last")  # warm-up
+    model(x[:batch_size], loops=loops, read="last", h0=_rows(h0, 0, batch_size))  # warm-up
     best = math.inf
     for _ in range(repeats):
         _sync(x.device)
         start = time.perf_counter()
         for i in range(0, len(x), batch_size):
-            model(x[i:i + batch_size], loops=loops, read="last")
+            model(x[i:i + batch_size], loops=loops, read="last", h0=_rows(h0, i, batch_size))
         _sync(x.device)
         best = min(best, time.perf_counter() - start)
     return x.numel() / best
@@ -284,8 +291,8 @@ def clamp_hook(reference: dict[str, torch.Tensor]):
 
 
 @torch.no_grad()
-def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int
-                 ) -> dict[str, dict[str, float]]:
+def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                 h0: torch.Tensor | None = None) -> dict[str, dict[str, float]]:
     """CE of each loop's own readout (intermediate before the last loop) with and
     without the scale clamp, and their difference: metrics/clamp's ce_readout,
     ce_readout_clamped and delta_ce."""
@@ -295,7 +302,7 @@ def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: 
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
         for name, hook in zip(names, (None, clamp_hook({})), strict=True):
-            out = model(xb, hook=hook, read="none")
+            out = model(xb, hook=hook, read="none", h0=_rows(h0, i, batch_size))
             for k, h in enumerate(out.states):
                 ce = loop_ce(model.read(h, last=k == loops - 1), yb).double()
                 sums[name][k] += ce * yb.numel()
@@ -309,14 +316,15 @@ def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: 
 
 
 def diagnose(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-             ext: Extract | None = None) -> dict[str, dict[str, float]]:
+             ext: Extract | None = None, h0: torch.Tensor | None = None
+             ) -> dict[str, dict[str, float]]:
     """The per-cell metrics JSON: for each loop or depth k, norm statistics, CE and
     perplexity, and (given an extract) radial fraction and update decomposition.
 
     Keys are flat and named by loop (e.g. norm_mean.k4, ppl_at_depth.k1) so
     `dvc metrics show` and `dvc exp show` list them as columns; README lists them all.
     """
-    ce, norms = depth_sweep(model, x, y, batch_size)
+    ce, norms = depth_sweep(model, x, y, batch_size, h0=h0)
     metrics: dict[str, dict[str, float]] = {"ce_at_depth": {}, "ppl_at_depth": {}}
     for k in range(1, len(ce) + 1):
         metrics["ce_at_depth"][f"k{k}"] = ce[k - 1]

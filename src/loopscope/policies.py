@@ -123,32 +123,26 @@ class KL(_Compare):
         return kl_divergence(now, prev)
 
 
-class Latent(_Compare):
+class _StateCompare(_Compare):
+    """A head-free rule: compares the state itself, so a check costs no readout."""
+
+    @staticmethod
+    def signal(h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return h.float()
+
+
+class Latent(_StateCompare):
     """Huginn's latent-diff: exit once ||h_i - h_prev|| / ||h_i|| < threshold."""
 
     name = "latent"
-
-    @staticmethod
-    def signal(h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        return h.float()
-
-    @staticmethod
-    def distance(now: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        return relative_change(now, prev)
+    distance = staticmethod(lambda now, prev: relative_change(now, prev))
 
 
-class Cosine(_Compare):
+class Cosine(_StateCompare):
     """Huginn's cosine rule: exit once 1 - cos(h_i, h_prev) < threshold."""
 
     name = "cosine"
-
-    @staticmethod
-    def signal(h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
-        return h.float()
-
-    @staticmethod
-    def distance(now: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        return 1.0 - F.cosine_similarity(now, prev, dim=-1)
+    distance = staticmethod(lambda now, prev: 1.0 - F.cosine_similarity(now, prev, dim=-1))
 
 
 class Probe(Policy):

@@ -36,7 +36,8 @@ SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
 @dataclass
 class Run:
     """One trained run of a cell: its tag (seed<N>), the model in eval mode on the run's
-    device, its config, and the validation inputs and targets on that device."""
+    device, its config, the validation inputs and targets on that device, and their
+    initial states (None: H_0 is the embedding; see initial_states)."""
 
     tag: str
     model: LoopedLM
@@ -45,6 +46,7 @@ class Run:
     y: Tensor
     compute: compute.Compute
     val: Tensor  # every validation token, on the CPU
+    h0: Tensor | None = None
 
     def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
         """Paper B's three disjoint sets of `per_set` windows each (probe training,
@@ -96,8 +98,8 @@ def trained_runs(name: str, val_sequences: int = 1) -> Iterator[Run]:
     """Each trained run of cell `name`, with the first val_sequences validation windows
     as data (the same for every cell and seed).
 
-    Seeds torch with the run's seed before yielding, so a noise initial state draws the
-    same noise in every stage that reads the model.
+    Seeds torch with the run's seed before yielding; a noise initial state comes from
+    initial_states, the same in every stage for the same window.
     """
     files = paths.run_files(name)
     if not files:
@@ -109,9 +111,11 @@ def trained_runs(name: str, val_sequences: int = 1) -> Iterator[Run]:
         run_on = compute.resolve(cell.train)
         torch.manual_seed(cell.train.seed)
         torch.set_num_threads(cell.train.threads)
+        model.to(run_on.device)
         x, y = val_windows(tokens, cell.model.context, val_sequences)
-        yield Run(path.stem, model.to(run_on.device), cell, x.to(run_on.device),
-                  y.to(run_on.device), run_on, tokens)
+        starts = np.arange(len(x)) * cell.model.context
+        yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device), run_on,
+                  tokens, initial_states(model, starts, cell.train.seed))
 
 
 def mean_over_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
