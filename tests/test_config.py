@@ -209,6 +209,13 @@ def test_policies_cells_must_be_cells():
     with pytest.raises(ParamsError, match=r"'policies.cells' names 'backbon', which is not a "
                                           r"cell. Did you mean 'backbone'\?"):
         parse_params(with_("policies.cells", ["backbon"]))
+    with pytest.raises(ParamsError, match=r"'policies.cells' is empty"):
+        parse_params(with_("policies.cells", []))
+    with pytest.raises(ParamsError, match=r"'bench.cell' names 'perloop_raw', which is not one "
+                                          r"of policies.cells"):
+        parse_params(with_("bench.cell", "perloop_raw"))
+    with pytest.raises(ParamsError, match=r"'policies.cells' names 'backbon'"):
+        parse_params(with_("policies.cells", ["backbon"]))
     with pytest.raises(ParamsError, match=r"'policies.cells' must be a list of names"):
         parse_params(with_("policies.cells", [1]))
     with pytest.raises(ParamsError, match=r"'policies.kl' must be a list of numbers, got "

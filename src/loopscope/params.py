@@ -89,7 +89,7 @@ def _list(*values: Any) -> Any:
 class PoliciesConfig:
     """Paper B's depth policies: threshold grids, the matching rule, the check schedule."""
 
-    cells: list[str] = _list("backbone")  # the cells whose policies are swept
+    cells: list[str] = _list()  # the cells whose policies are swept (at least one)
     match_nats: float = 0.01  # matched quality: mean CE within this of uniform depth R
     kl: list[float] = _list(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # A1's epsilon
     latent: list[float] = _list(0.01, 0.02, 0.05, 0.1, 0.2)  # relative state change
@@ -105,6 +105,7 @@ class PoliciesConfig:
 class BenchConfig:
     """The exit benchmark (python -m loopscope.bench exits)."""
 
+    cell: str = ""  # the cell timed (one of policies.cells)
     repeats: int = 5  # timed rounds per configuration; the median is reported
     decode_tokens: int = 64  # tokens decoded per stream
 
@@ -340,13 +341,24 @@ def parse_params(raw: Any) -> Params:
                 raise _unknown(f"cells.{name}", str(section), list(CELL_SECTIONS))
         params.cells[name] = overrides
         resolve_cell(params, name)  # validates the overrides now, not at training time
-    for name in params.policies.cells:
-        if name not in params.cells:
-            hint = difflib.get_close_matches(name, list(params.cells), n=1)
-            raise ParamsError(f"'policies.cells' names '{name}', which is not a cell."
-                              + (f" Did you mean '{hint[0]}'?" if hint else "")
-                              + f" Cells: {', '.join(params.cells)}.")
+    _check_cell_names(params)
     return params
+
+
+def _check_cell_names(params: Params) -> None:
+    """policies.cells and bench.cell name cells (dvc.yaml builds stages from them)."""
+    if not params.policies.cells:
+        raise ParamsError("'policies.cells' is empty; name at least one cell whose depth "
+                          "policies are swept (paper B's backbone, or a paper A cell).")
+    for key, names, allowed in (("policies.cells", params.policies.cells, params.cells),
+                                ("bench.cell", [params.bench.cell], params.policies.cells)):
+        for name in names:
+            if name not in allowed:
+                hint = difflib.get_close_matches(name, list(allowed), n=1)
+                where = "a cell" if key == "policies.cells" else "one of policies.cells"
+                raise ParamsError(f"'{key}' names '{name}', which is not {where}."
+                                  + (f" Did you mean '{hint[0]}'?" if hint else "")
+                                  + f" Allowed: {', '.join(allowed)}.")
 
 
 def load_params(path: str | Path = paths.PARAMS) -> Params:
