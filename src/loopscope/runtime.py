@@ -44,11 +44,15 @@ class Layout:
     slot_of: torch.Tensor
     slots: int
     mask: torch.Tensor
+    full: bool  # every token active: plain causal attention, no gathering
 
     @classmethod
     def of(cls, active: torch.Tensor) -> Layout:
         b, t = active.shape
         idx = active.flatten().nonzero().squeeze(1)
+        if len(idx) == b * t:
+            every = torch.arange(b, device=active.device)
+            return cls(idx, every, idx // t, idx % t, t, torch.empty(0), True)
         batch_row, pos = idx // t, idx % t
         counts = active.sum(1)
         rows = counts.nonzero().squeeze(1)
@@ -61,7 +65,7 @@ class Layout:
         qpos[row_index[batch_row], slot_of] = pos
         keys = torch.arange(t, device=active.device)
         mask = (keys[None, None, :] <= qpos[:, :, None])[:, None]
-        return cls(idx, rows, row_index[batch_row], slot_of, slots, mask)
+        return cls(idx, rows, row_index[batch_row], slot_of, slots, mask, False)
 
 
 class GatherKV:
@@ -77,9 +81,13 @@ class GatherKV:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         lay = self.layout
+        n_heads, d_head = q.shape[1], q.shape[3]
+        if lay.full:  # x is the whole batch (B, T, d): keep the keys, attend as usual
+            self.k.copy_(k.transpose(1, 2).reshape(-1, n_heads, d_head))
+            self.v.copy_(v.transpose(1, 2).reshape(-1, n_heads, d_head))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         self.k.index_copy_(0, lay.idx, k[0].transpose(0, 1))
         self.v.index_copy_(0, lay.idx, v[0].transpose(0, 1))
-        n_heads, d_head = q.shape[1], q.shape[3]
         queries = q.new_zeros((len(lay.rows), lay.slots, n_heads, d_head))
         queries[lay.row_of, lay.slot_of] = q[0].transpose(0, 1)
         keys = self.k.view(self.b, self.t, n_heads, d_head)[lay.rows].transpose(1, 2)
@@ -123,6 +131,11 @@ class Scorer:
         """One loop for the tokens of the layout; the others keep their state."""
         for kv in self.core:
             kv.layout = lay
+        if lay.full:
+            out = self.model.step(self.h.view(self.b, self.t, -1),
+                                  self.e.view(self.b, self.t, -1), self.core)
+            self.h.copy_(out.flatten(0, 1))
+            return
         out = self.model.step(self.h[lay.idx][None], self.e[lay.idx][None], self.core)
         self.h.index_copy_(0, lay.idx, out[0])
 
@@ -134,7 +147,8 @@ class Scorer:
             return model.readout(h[lay.idx], last=True)
         if self.coda is not None:
             self.coda[0].layout = lay
-            return model.readout(model.coda[0](h[lay.idx][None], self.coda[0])[0], last=True)
+            x = h.view(self.b, self.t, -1) if lay.full else h[lay.idx][None]
+            return model.readout(model.coda[0](x, self.coda[0]).flatten(0, 1), last=True)
         return model.read(h.view(self.b, self.t, -1), last=True).flatten(0, 1)[lay.idx]
 
     def state(self) -> torch.Tensor:
