@@ -1,7 +1,10 @@
 """Stage train@<cell>: train one cell, once per seed, into models/<cell>/seed<N>.pt.
 
 Logs go to DVCLive (dvclive/<cell>/, each run's metrics under seed<N>/);
-metrics/train/<cell>.json summarizes the runs. While a run trains, a resume checkpoint is kept in
+metrics/train/<cell>.json summarizes the runs, and metrics/train_timings/<cell>.json
+holds their wall times, apart, so the same params give byte-identical model files and
+metrics (and nothing downstream of a retrained cell reruns when its weights did not
+change). While a run trains, a resume checkpoint is kept in
 checkpoints/<cell>/seed<N>/last.pt. It is not a DVC output (DVC deletes outputs before
 rerunning a stage), so after a kill `dvc repro` continues from it; it is deleted once
 the run's outputs are in place.
@@ -63,7 +66,7 @@ def main() -> None:
     init_distributed(cell.train)
     rank = world()[0]
     tokens = torch.from_numpy(load_tokens(paths.PREPARED, "train"))
-    runs = {}
+    runs, timings = {}, {}
     live_log = (Live(dir=str(paths.dvclive_dir(name)), dvcyaml=None, save_dvc_exp=False)
                 if rank == 0 else contextlib.nullcontext())
     with live_log as live:
@@ -72,6 +75,7 @@ def main() -> None:
             run_cell = cell.for_seed(seed)
             resume = paths.resume_file(name, seed)
             model, summary = train_cell(run_cell, tokens, live and RunLog(live, tag), resume)
+            timings[tag] = summary.pop("timings")  # not in the model file: a timing
             if rank == 0:
                 save_model(paths.model_file(name, seed), model, run_cell, {"summary": summary})
                 discard_resume(resume)
@@ -83,11 +87,14 @@ def main() -> None:
         return
     write_json(paths.metrics_file("train", name), {
         "final_loss": mean(r["final_loss"] for r in runs.values()),
-        "train_seconds": round(sum(r["train_seconds"] for r in runs.values()), 2),
-        "tokens_per_second": round(mean(r["tokens_per_second"] for r in runs.values()), 1),
         "params": next(iter(runs.values()))["params"],
         "seeds": len(runs),
         "runs": runs,
+    })
+    write_json(paths.metrics_file(paths.TRAIN_TIMINGS, name), {
+        "train_seconds": round(sum(t["train_seconds"] for t in timings.values()), 2),
+        "tokens_per_second": round(mean(t["tokens_per_second"] for t in timings.values()), 1),
+        "runs": timings,
     })
 
 

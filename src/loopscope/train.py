@@ -157,6 +157,9 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     trains on its rows; DDP averages gradients, so the run follows the one-process run
     with the same global batch (up to float summation order, and except for dropout and
     noise, which each process draws for itself). Only rank 0 logs and checkpoints.
+
+    The summary's "timings" (train_seconds, tokens_per_second) vary from run to run; the
+    rest of it is reproducible.
     """
     rank, size = world()
     run_on = compute.resolve(cell.train)
@@ -244,11 +247,11 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     summary = {
         "final_loss": loss_value,
         "steps": cfg.steps,
-        "train_seconds": round(seconds, 2),
-        "tokens_per_second": round(tokens_per_step * cfg.steps / seconds, 1),
         "params": model.num_params(),
         "device": run_on.describe() + (f" x{size}" if size > 1 else ""),
         "config": asdict(cfg),
+        "timings": {"train_seconds": round(seconds, 2),
+                    "tokens_per_second": round(tokens_per_step * cfg.steps / seconds, 1)},
     }
     return model, summary
 
