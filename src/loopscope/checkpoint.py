@@ -24,7 +24,7 @@ from loopscope.config import CellConfig
 from loopscope.errors import CheckpointError, atomic_write_bytes, temp_path
 from loopscope.model import LoopedLM
 
-RESUME_FORMAT = "loopscope-resume-1"
+RESUME_FORMAT = "loopscope-resume-2"  # 2: torch_rng holds every process's RNG states
 
 
 def _digest_into(h: Any, obj: Any) -> None:

@@ -1,8 +1,9 @@
 """Training one cell: loss placement, norm penalty, schedule, sampled depth, logging.
 
 The run is resumable: every train.checkpoint_every steps the model, optimizer, batch
-sampler, depth sampler and RNG states go to a resume checkpoint (loopscope.checkpoint),
-and a rerun continues from it to the same weights, bit for bit on the CPU.
+sampler, depth sampler and every process's RNG states go to a resume checkpoint
+(loopscope.checkpoint), and a rerun continues from it to the same weights, bit for bit
+on the CPU, with one process or several.
 """
 
 from __future__ import annotations
@@ -112,21 +113,41 @@ def _optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
         lr=cfg.lr, betas=(0.9, 0.95))
 
 
+def _rng_states(device: torch.device) -> list[dict[str, torch.Tensor]]:
+    """torch's RNG states of every process, in rank order (a collective: every process
+    calls it). Dropout and the noise initial state draw from them, and under DDP each
+    process draws its own, so a resumed run is exact only if each gets its own back."""
+    own = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        own["cuda"] = torch.cuda.get_rng_state(device)
+    size = world()[1]
+    if size == 1:
+        return [own]
+    states: list[Any] = [None] * size
+    dist.all_gather_object(states, own)
+    return [{k: v.cpu() for k, v in s.items()} for s in states]
+
+
 def _snapshot(model: LoopedLM, opt: torch.optim.Optimizer, batches: Batches,
-              depth: Fixed | LogNormal) -> dict[str, Any]:
-    """Everything the next step depends on; dropout and noise draw from torch's RNG."""
+              depth: Fixed | LogNormal, rngs: list[dict[str, torch.Tensor]]
+              ) -> dict[str, Any]:
+    """Everything the next step depends on. The batch and depth samplers are the same on
+    every process; rngs (from _rng_states) holds each process's own torch RNG."""
     return {"model": model.state_dict(), "optimizer": opt.state_dict(),
-            "batches_rng": batches.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "batches_rng": batches.gen.get_state(), "torch_rng": rngs,
             "depth_rng": depth.state()}
 
 
 def _restore(state: dict[str, Any], model: LoopedLM, opt: torch.optim.Optimizer,
-             batches: Batches, depth: Fixed | LogNormal) -> None:
-    """The inverse of _snapshot."""
+             batches: Batches, depth: Fixed | LogNormal, device: torch.device) -> None:
+    """The inverse of _snapshot, for this process (its own RNG states)."""
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     batches.gen.set_state(state["batches_rng"])
-    torch.set_rng_state(state["torch_rng"])
+    rng = state["torch_rng"][world()[0]]
+    torch.set_rng_state(rng["cpu"])
+    if device.type == "cuda" and "cuda" in rng:
+        torch.cuda.set_rng_state(rng["cuda"], device)
     depth.set_state(state["depth_rng"])
 
 
@@ -156,7 +177,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     Under torchrun (train.processes > 1) every process draws the same global batch and
     trains on its rows; DDP averages gradients, so the run follows the one-process run
     with the same global batch (up to float summation order, and except for dropout and
-    noise, which each process draws for itself). Only rank 0 logs and checkpoints.
+    noise, which each process draws for itself). Only rank 0 logs and checkpoints; the
+    checkpoint holds every process's RNG state, so a resumed DDP run is exact too.
 
     The summary's "timings" (train_seconds, tokens_per_second) vary from run to run; the
     rest of it is reproducible.
@@ -178,8 +200,10 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     if resume is not None:
         fingerprint = run_fingerprint(cell, train_tokens)
         state = load_resume(resume, cell, fingerprint)
+    if size > 1:
+        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
     if state is not None:
-        _restore(state, model, opt, batches, depth)
+        _restore(state, model, opt, batches, depth, device)
         first, spent, history, loss_value = (state["step"], state["seconds"],
                                              state["history"], state["loss"])
         if rank == 0:
@@ -190,7 +214,6 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     _optimizer_to(opt, device)
     forward = model
     if size > 1:
-        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
         forward = torch.nn.parallel.DistributedDataParallel(  # a raw readout never uses
             model, find_unused_parameters=cell.model.readout == "raw")  # the final norm
     if cfg.compile:
@@ -236,12 +259,13 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             history.append(row)
             _log(live, row)
         done = step + 1
-        if (resume is not None and rank == 0 and done % cfg.checkpoint_every == 0
-                and done < cfg.steps):
-            save_resume(resume, fingerprint, {
-                "step": done, "history": history, "loss": loss_value,
-                "seconds": spent + time.perf_counter() - start,
-                **_snapshot(model, opt, batches, depth)})
+        if resume is not None and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            rngs = _rng_states(device)  # every process takes part
+            if rank == 0:
+                save_resume(resume, fingerprint, {
+                    "step": done, "history": history, "loss": loss_value,
+                    "seconds": spent + time.perf_counter() - start,
+                    **_snapshot(model, opt, batches, depth, rngs)})
     seconds = spent + time.perf_counter() - start
     model.to("cpu")
     summary = {
