@@ -1,4 +1,5 @@
-"""Reliability: interruption and resume, divergence, corruption, determinism, full disk.
+"""Reliability: interruption and resume, divergence and silent collapse, corruption,
+determinism (byte-identical outputs), full disk.
 
 The fast tests call the library in-process; the end-to-end ones run the real
 `dvc repro` on a micro copy of the repository (test_pipeline.copy_repo), since what
@@ -8,6 +9,7 @@ matters there is how the stage scripts and DVC behave together.
 import dataclasses
 import errno
 import json
+import math
 import os
 import re
 import runpy
@@ -20,19 +22,32 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import BACKBONE
 from conftest import tiny_cell as cell
 from conftest import tiny_corpus as corpus
 from test_pipeline import ROOT, copy_repo, sh, sh_env
 
 from loopscope import paths
 from loopscope.checkpoint import discard_resume, load_model, save_model
-from loopscope.data import check_context
-from loopscope.errors import CheckpointError, DataError, run, temp_path, write_json
+from loopscope.config import TrainConfig
+from loopscope.data import check_context, write_prepared
+from loopscope.errors import (
+    CheckpointError,
+    CollapseError,
+    DataError,
+    run,
+    temp_path,
+    write_json,
+)
 from loopscope.params import load_params, resolve_cell
-from loopscope.train import train_cell
+from loopscope.tokenizer import train_tokenizer
+from loopscope.train import COLLAPSE_COSINE, check_collapse, train_cell
 
 CELL = "perloop_raw"  # the cell the end-to-end tests train
 SEED = 42  # the default seed
+# The sandwich backbone's known collapse: at this lr it maps every token onto one state
+# within 5 steps while the loss stays finite (as the default backbone once did at 3e-3).
+COLLAPSING = dict(model=BACKBONE, steps=80, lr=0.3, log_every=5)
 
 
 class Killed(Exception):
@@ -128,6 +143,73 @@ def test_discard_resume_removes_file_temp_and_folder(tmp_path):
     assert not (tmp_path / paths.CHECKPOINTS / "tiny").exists()
     assert other.is_file()  # another cell's run is untouched
     discard_resume(path)  # nothing left: no error
+
+
+# --- silent collapse -------------------------------------------------------------------
+
+COLLAPSE_MESSAGE = re.compile(
+    r"cell 'tiny': the final-loop states collapsed \(lr [0-9.]+\): the mean pairwise "
+    r"cosine of the tokens' states stayed above 0\.99 from step (\d+) to step (\d+) \(last "
+    r"values ([0-9., ]+); every token on one state\), while the loss stayed finite "
+    r"\(([0-9.]+)\); lower train.lr or raise train.warmup_steps. No model was saved.")
+
+
+def test_silent_collapse_stops_training_like_a_nan():
+    live = RecordingLive()
+    with pytest.raises(CollapseError) as err:
+        train_cell(cell(**COLLAPSING), corpus(), live)
+    found = COLLAPSE_MESSAGE.fullmatch(str(err.value))
+    assert found, str(err.value)
+    assert (int(found.group(1)), int(found.group(2))) == (5, 55)  # 50 steps after warm-up
+    assert all(float(c) > COLLAPSE_COSINE for c in found.group(3).split(", "))
+    losses = [v for _, name, v in live.rows if name == "train/loss"]
+    assert all(math.isfinite(v) for v in losses) and math.isfinite(float(found.group(4)))
+
+
+def test_the_same_backbone_at_a_sane_lr_stays_far_below_the_threshold():
+    live = RecordingLive()
+    train_cell(cell(**{**COLLAPSING, "lr": 3e-3}), corpus(), live)
+    cosines = [v for _, name, v in live.rows if name == "train/state_cosine"]
+    assert len(cosines) == 17 and max(cosines) < 0.6
+
+
+def test_a_healthy_run_passing_through_the_unigram_phase_is_not_stopped():
+    """Healthy runs predict the unigram first: their states line up early (the default
+    perloop_normed logged 0.9965 at step 10) and then part. Only a streak after the
+    warm-up that spans max(COLLAPSE_STEPS, COLLAPSE_SHARE of the steps) is a collapse."""
+    config = TrainConfig(steps=500, warmup_steps=40, log_every=10)
+
+    def rows(cosines: dict[int, float]) -> list[dict[str, float]]:
+        return [{"step": s, "train/state_cosine": c} for s, c in sorted(cosines.items())]
+
+    early = rows({0: 0.09, 10: 0.9965, 20: 0.9999, 30: 0.9999, 40: 0.96, 50: 0.7})
+    for n in range(1, len(early) + 1):
+        check_collapse("c", early[:n], config, 3e-3, 6.0)  # in the warm-up: no streak
+    stuck = rows({s: 0.9999 for s in range(0, 100, 10)})
+    check_collapse("c", stuck[:9], config, 3e-3, 5.9)  # steps 40..80: 40 < 50 steps
+    with pytest.raises(CollapseError, match=r"from step 40 to step 90 \(last values "
+                       r"0.9999, 0.9999, 0.9999;"):
+        check_collapse("c", stuck, config, 3e-3, 5.9)
+    longer = dataclasses.replace(config, steps=5000)  # a tenth of the run: 500 steps
+    check_collapse("c", rows({s: 0.9999 for s in range(0, 500, 10)}), longer, 3e-3, 5.9)
+
+
+def test_collapsed_training_stage_writes_nothing_finished(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tokens = corpus().numpy().astype("uint16")
+    tok = train_tokenizer(["a tokenizer the stage never reads"], 260, "bpe", 0)
+    write_prepared(tmp_path / paths.PREPARED, tok, {"train": tokens, "val": tokens[:500]}, {})
+    config = cell(**COLLAPSING)
+    (tmp_path / paths.CONFIGS).mkdir()
+    (tmp_path / paths.config_file("tiny")).write_text(config.to_json())
+    monkeypatch.setattr("sys.argv", ["train.py", "tiny"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
+    message = str(exit_.value.code)
+    assert message.startswith("error: ") and COLLAPSE_MESSAGE.fullmatch(message[7:]), message
+    assert not (tmp_path / paths.model_file("tiny", config.train.seed)).exists()
+    for kind in ("train", paths.TRAIN_TIMINGS):
+        assert not (tmp_path / paths.metrics_file(kind, "tiny")).exists()
 
 
 # --- corruption ------------------------------------------------------------------------

@@ -43,6 +43,11 @@ class DivergenceError(LoopscopeError):
     """The loss became NaN or infinite; the message names the cell, step and lr."""
 
 
+class CollapseError(LoopscopeError):
+    """Every token's final state turned onto one direction while the loss stayed finite
+    (a silent collapse); the message names the cell, step, lr and the cosine seen."""
+
+
 def temp_path(path: Path) -> Path:
     """The hidden sibling that atomic_write_bytes writes before renaming it to path."""
     return path.with_name(f".{path.name}.tmp")
