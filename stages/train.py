@@ -12,6 +12,10 @@ the run's outputs are in place.
 With train.processes > 1 the stage starts itself again under torchrun (one node, that
 many processes, DDP); across nodes, start it with torchrun yourself (README, Scaling up).
 Only rank 0 writes logs, checkpoints and metrics.
+
+Before the first step (and before torchrun starts) the stage refuses a run that will not
+fit: memory against loopscope.memory's estimate, disk against the model files and the
+resume checkpoint.
 """
 
 import contextlib
@@ -23,11 +27,11 @@ import torch
 import torch.distributed as dist
 from dvclive import Live
 
-from loopscope import compute, paths
-from loopscope.checkpoint import discard_resume, save_model
-from loopscope.config import load_cell
+from loopscope import compute, memory, paths
+from loopscope.checkpoint import discard_resume, model_file_bytes, resume_file_bytes, save_model
+from loopscope.config import CellConfig, load_cell
 from loopscope.data import check_context, load_meta, load_tokens
-from loopscope.errors import run, write_json
+from loopscope.errors import require_disk, run, write_json
 from loopscope.train import init_distributed, train_cell, world
 
 
@@ -53,11 +57,23 @@ class RunLog:
         self.live.next_step()
 
 
+def check_disk(cell: CellConfig) -> None:
+    """Room for what training writes: a model file per seed, and a resume checkpoint,
+    twice (the previous one stays until the next is in place)."""
+    n = memory.num_params(cell.model)
+    require_disk({paths.model_dir(cell.cell): len(cell.seeds) * model_file_bytes(n),
+                  paths.CHECKPOINTS / cell.cell: 2 * resume_file_bytes(n, cell.train.processes)},
+                 "Free disk space (or train a smaller model: model.d_model, model.n_core), "
+                 "then rerun `dvc repro`. Nothing was trained.")
+
+
 def main() -> None:
     name = sys.argv[1]
     cell = load_cell(paths.config_file(name))  # configure validated params.yaml
     check_context(load_meta(paths.PREPARED), cell.model.context)  # before any step
-    compute.resolve(cell.train)  # a missing GPU fails here, before torchrun starts
+    run_on = compute.resolve(cell.train)  # a missing GPU fails here, before torchrun starts
+    memory.check_training(cell, run_on.device)  # and memory, and disk
+    check_disk(cell)
     if cell.train.processes > 1 and "LOCAL_RANK" not in os.environ:
         args = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={cell.train.processes}", __file__, name]

@@ -26,14 +26,11 @@ from tqdm import tqdm
 
 from loopscope import compute
 from loopscope.checkpoint import load_resume, run_fingerprint, save_resume
-from loopscope.config import CellConfig, Loss, TrainConfig
+from loopscope.config import READS, CellConfig, TrainConfig
 from loopscope.data import Batches, steps_for_epochs
 from loopscope.depth import Fixed, LogNormal, sampler
 from loopscope.errors import CollapseError, DivergenceError, ParamsError
-from loopscope.model import LoopedLM, LoopOutput, Read, loop_ce
-
-# Which loops the loss reads out, by loss placement.
-READS: dict[Loss, Read] = {"per_loop": "all", "final": "last"}
+from loopscope.model import LoopedLM, LoopOutput, loop_ce
 
 # A silent collapse: after the warm-up, the final-loop states of the batch's tokens keep
 # a mean pairwise cosine above COLLAPSE_COSINE at every logging step (COLLAPSE_PATIENCE
