@@ -3,7 +3,7 @@ measure the change in cross-entropy per loop (mean over the cell's seeds)."""
 
 import sys
 
-from loopscope import paths
+from loopscope import memory, paths
 from loopscope.diagnostics import clamp_effect
 from loopscope.errors import run, write_json
 from loopscope.params import load_params
@@ -15,6 +15,8 @@ def main() -> None:
     params = load_params()
     results = []
     for r in trained_runs(name, params.diagnose.val_sequences):
+        memory.check_forward(r.cell, r.compute, params.diagnose.batch_size,
+                             "diagnose.batch_size", "clamp")
         with r.compute.autocast():
             results.append(clamp_effect(r.model, r.x, r.y, params.diagnose.batch_size, r.h0))
     result = mean_over_runs(results)

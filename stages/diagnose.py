@@ -8,7 +8,7 @@ many, and `ppl_at_depth_sd` / `norm_mean_sd` give the spread across them.
 import sys
 from statistics import pstdev
 
-from loopscope import paths
+from loopscope import memory, paths
 from loopscope.diagnostics import diagnose, load_extract, throughput
 from loopscope.errors import run, write_json
 from loopscope.params import load_params
@@ -21,6 +21,7 @@ def main() -> None:
     batch = params.diagnose.batch_size
     runs, speeds = [], []
     for r in trained_runs(name, params.diagnose.val_sequences):
+        memory.check_forward(r.cell, r.compute, batch, "diagnose.batch_size", "diagnose")
         ext = load_extract(paths.extract_dir(name, r.tag))
         with r.compute.autocast():
             runs.append(diagnose(r.model, r.x, r.y, batch, ext, r.h0))

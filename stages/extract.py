@@ -3,7 +3,7 @@ run of the cell to extracts/<cell>/seed<N>/ (format: loopscope.diagnostics.Extra
 
 import sys
 
-from loopscope import paths
+from loopscope import memory, paths
 from loopscope.diagnostics import write_extract
 from loopscope.errors import run
 from loopscope.params import load_params
@@ -15,6 +15,8 @@ def main() -> None:
     params = load_params()
     for r in trained_runs(name, params.extract.val_sequences):
         out = paths.extract_dir(name, r.tag)
+        memory.check_forward(r.cell, r.compute, params.extract.batch_size,
+                             "extract.batch_size", "extract", reads=False)
         with r.compute.autocast():
             ext = write_extract(r.model, r.x, r.y, params.extract.batch_size, out, name, r.h0)
         print(f"extract {name} {r.tag}: {ext.meta['tokens']:,} tokens x "

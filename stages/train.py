@@ -1,7 +1,10 @@
 """Stage train@<cell>: train one cell, once per seed, into models/<cell>/seed<N>.pt.
 
 Logs go to DVCLive (dvclive/<cell>/, each run's metrics under seed<N>/);
-metrics/train/<cell>.json summarizes the runs. While a run trains, a resume checkpoint is kept in
+metrics/train/<cell>.json summarizes the runs, and metrics/train_timings/<cell>.json
+holds their wall times, apart, so the same params give byte-identical model files and
+metrics (and nothing downstream of a retrained cell reruns when its weights did not
+change). While a run trains, a resume checkpoint is kept in
 checkpoints/<cell>/seed<N>/last.pt. It is not a DVC output (DVC deletes outputs before
 rerunning a stage), so after a kill `dvc repro` continues from it; it is deleted once
 the run's outputs are in place.
@@ -9,6 +12,10 @@ the run's outputs are in place.
 With train.processes > 1 the stage starts itself again under torchrun (one node, that
 many processes, DDP); across nodes, start it with torchrun yourself (README, Scaling up).
 Only rank 0 writes logs, checkpoints and metrics.
+
+Before the first step (and before torchrun starts) the stage refuses a run that will not
+fit: memory against loopscope.memory's estimate, disk against the model files and the
+resume checkpoint.
 """
 
 import contextlib
@@ -20,11 +27,11 @@ import torch
 import torch.distributed as dist
 from dvclive import Live
 
-from loopscope import compute, paths
-from loopscope.checkpoint import discard_resume, save_model
-from loopscope.config import load_cell
+from loopscope import compute, memory, paths
+from loopscope.checkpoint import discard_resume, model_file_bytes, resume_file_bytes, save_model
+from loopscope.config import CellConfig, load_cell
 from loopscope.data import check_context, load_meta, load_tokens
-from loopscope.errors import run, write_json
+from loopscope.errors import require_disk, run, write_json
 from loopscope.train import init_distributed, train_cell, world
 
 
@@ -50,11 +57,23 @@ class RunLog:
         self.live.next_step()
 
 
+def check_disk(cell: CellConfig) -> None:
+    """Room for what training writes: a model file per seed, and a resume checkpoint,
+    twice (the previous one stays until the next is in place)."""
+    n = memory.num_params(cell.model)
+    require_disk({paths.model_dir(cell.cell): len(cell.seeds) * model_file_bytes(n),
+                  paths.CHECKPOINTS / cell.cell: 2 * resume_file_bytes(n, cell.train.processes)},
+                 "Free disk space (or train a smaller model: model.d_model, model.n_core), "
+                 "then rerun `dvc repro`. Nothing was trained.")
+
+
 def main() -> None:
     name = sys.argv[1]
     cell = load_cell(paths.config_file(name))  # configure validated params.yaml
     check_context(load_meta(paths.PREPARED), cell.model.context)  # before any step
-    compute.resolve(cell.train)  # a missing GPU fails here, before torchrun starts
+    run_on = compute.resolve(cell.train)  # a missing GPU fails here, before torchrun starts
+    memory.check_training(cell, run_on.device)  # and memory, and disk
+    check_disk(cell)
     if cell.train.processes > 1 and "LOCAL_RANK" not in os.environ:
         args = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={cell.train.processes}", __file__, name]
@@ -63,7 +82,7 @@ def main() -> None:
     init_distributed(cell.train)
     rank = world()[0]
     tokens = torch.from_numpy(load_tokens(paths.PREPARED, "train"))
-    runs = {}
+    runs, timings = {}, {}
     live_log = (Live(dir=str(paths.dvclive_dir(name)), dvcyaml=None, save_dvc_exp=False)
                 if rank == 0 else contextlib.nullcontext())
     with live_log as live:
@@ -72,6 +91,7 @@ def main() -> None:
             run_cell = cell.for_seed(seed)
             resume = paths.resume_file(name, seed)
             model, summary = train_cell(run_cell, tokens, live and RunLog(live, tag), resume)
+            timings[tag] = summary.pop("timings")  # not in the model file: a timing
             if rank == 0:
                 save_model(paths.model_file(name, seed), model, run_cell, {"summary": summary})
                 discard_resume(resume)
@@ -83,11 +103,14 @@ def main() -> None:
         return
     write_json(paths.metrics_file("train", name), {
         "final_loss": mean(r["final_loss"] for r in runs.values()),
-        "train_seconds": round(sum(r["train_seconds"] for r in runs.values()), 2),
-        "tokens_per_second": round(mean(r["tokens_per_second"] for r in runs.values()), 1),
         "params": next(iter(runs.values()))["params"],
         "seeds": len(runs),
         "runs": runs,
+    })
+    write_json(paths.metrics_file(paths.TRAIN_TIMINGS, name), {
+        "train_seconds": round(sum(t["train_seconds"] for t in timings.values()), 2),
+        "tokens_per_second": round(mean(t["tokens_per_second"] for t in timings.values()), 1),
+        "runs": timings,
     })
 
 

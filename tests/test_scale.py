@@ -166,3 +166,62 @@ def test_two_gloo_processes_follow_one_process(tmp_path):
     for name, value in model.state_dict().items():
         torch.testing.assert_close(torch.tensor(ddp["weights"][name]), value,
                                    rtol=1e-3, atol=1e-4)
+
+
+DDP_RESUME_SCRIPT = """
+import json, sys, torch
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from conftest import BACKBONE, tiny_corpus as corpus
+from test_scale import ddp_resume_config
+from loopscope.config import CellConfig
+from loopscope.train import init_distributed, train_cell, world
+
+class Killed(Exception):
+    pass
+
+class KillAt:  # every process stops at the same logged step, as a kill would stop them
+    def __init__(self, at):
+        self.step, self.at = 0, at
+    def log_metric(self, name, value):
+        if self.step >= self.at:
+            raise Killed
+    def next_step(self):
+        pass
+
+cfg = ddp_resume_config()
+init_distributed(cfg)
+cell = CellConfig("tiny", BACKBONE, cfg)
+resume = Path(sys.argv[1]) / "last.pt"
+whole, _ = train_cell(cell, corpus())
+try:
+    train_cell(cell, corpus(), KillAt(15), resume)  # checkpoint after step 10, then killed
+except Killed:
+    pass
+resumed, _ = train_cell(cell, corpus(), None, resume)
+a, b = whole.state_dict(), resumed.state_dict()
+differ = [k for k in a if not torch.equal(a[k], b[k])]
+json.dump(differ, open(sys.argv[1] + f"/rank{{world()[0]}}.json", "w"))
+"""
+
+
+def ddp_resume_config() -> TrainConfig:
+    """Two processes drawing dropout and the noise initial state from their own RNGs."""
+    return TrainConfig(steps=20, batch_size=8, lr=3e-3, warmup_steps=2, threads=1,
+                       log_every=5, checkpoint_every=10, processes=2, seed=5)
+
+
+def test_two_gloo_processes_resume_to_the_uninterrupted_weights(tmp_path):
+    """Each process's RNG state goes into the resume checkpoint and comes back to that
+    process, so a killed 2-process run resumes to the same weights, bit for bit."""
+    script = tmp_path / "ddp_resume.py"
+    script.write_text(DDP_RESUME_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         "2", str(script), str(tmp_path)], capture_output=True, text=True, env=env,
+        timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from step 10" in result.stdout
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == [], rank

@@ -24,7 +24,8 @@ from loopscope.config import CellConfig
 from loopscope.errors import CheckpointError, atomic_write_bytes, temp_path
 from loopscope.model import LoopedLM
 
-RESUME_FORMAT = "loopscope-resume-1"
+FILE_OVERHEAD = 1 << 20  # torch.save's zip records, the config, the summary: < 1 MiB
+RESUME_FORMAT = "loopscope-resume-2"  # 2: torch_rng holds every process's RNG states
 
 
 def _digest_into(h: Any, obj: Any) -> None:
@@ -82,6 +83,17 @@ def read_payload(path: Path) -> dict[str, Any]:
 def save_model(path: Path, model: LoopedLM, cell: CellConfig, extra: dict[str, Any]) -> None:
     """Atomically save weights and the resolved config they were trained with."""
     write_payload(path, {"cell": cell.to_json(), "model": model.state_dict(), **extra})
+
+
+def model_file_bytes(n_params: int) -> int:
+    """About the size of a model file of n_params fp32 weights (for the disk check)."""
+    return n_params * 4 + FILE_OVERHEAD
+
+
+def resume_file_bytes(n_params: int, processes: int = 1) -> int:
+    """About the size of a resume checkpoint: weights and AdamW's two moments in fp32,
+    the RNG states of every process, the logged rows."""
+    return n_params * 4 * 3 + processes * (1 << 16) + FILE_OVERHEAD
 
 
 def load_model(path: Path) -> tuple[LoopedLM, CellConfig]:

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Literal
 
 from loopscope.errors import ParamsError
-from loopscope.model import ModelConfig
+from loopscope.model import ModelConfig, Read
 
 Loss = Literal["final", "per_loop"]  # loss placement
+# Which loops the loss reads out, by loss placement (training, and the memory estimate).
+READS: dict[Loss, Read] = {"per_loop": "all", "final": "last"}
 DepthName = Literal["fixed", "lognormal"]  # loopscope.depth.SAMPLERS
 DepthMean = Literal["loops", "loops_plus_one"]  # E[r] of the lognormal sampler
 DeviceName = Literal["auto", "cpu", "cuda"]

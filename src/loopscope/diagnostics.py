@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from loopscope.errors import DataError, atomic_write_bytes
+from loopscope.errors import DataError, atomic_write_bytes, require_disk
 from loopscope.model import LoopedLM, loop_ce
 
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
+TABLE_ROW_BYTES = 22  # tokens.parquet, one row uncompressed: four int32, an int16, a float
 
 
 def norm_stats(norms: np.ndarray) -> dict[str, float]:
@@ -78,10 +79,19 @@ class Extract:
 def write_extract(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
                   out: Path, cell: str, h0: torch.Tensor | None = None) -> Extract:
     """Run the model over (x, y) and write the extract folder out/ (see Extract).
-    h0: the windows' initial states for a noise state_init (loopscope.runs)."""
+    h0: the windows' initial states for a noise state_init (loopscope.runs).
+
+    Checks the free disk space first: the states grow with the params, and a full disk
+    under the memmap would end the process with SIGBUS rather than an error.
+    """
     cfg = model.cfg
     n, t = x.shape
     out.mkdir(parents=True, exist_ok=True)
+    require_disk({out / "states.npy": (cfg.loops + 1) * n * t * cfg.d_model * 4
+                  + cfg.loops * n * t * TABLE_ROW_BYTES},
+                 f"Free disk space, or lower extract.val_sequences ({n} windows of "
+                 f"model.context {t} tokens, each token with model.loops + 1 = {cfg.loops + 1} "
+                 f"states of model.d_model {cfg.d_model} floats), then rerun `dvc repro`.")
     tmp = out / ".states.npy.tmp"
     states = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
                                        shape=(cfg.loops + 1, n * t, cfg.d_model))

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,6 +42,47 @@ class CheckpointError(LoopscopeError):
 
 class DivergenceError(LoopscopeError):
     """The loss became NaN or infinite; the message names the cell, step and lr."""
+
+
+class ResourceError(LoopscopeError):
+    """Not enough memory or disk for a run, found before it starts; the message gives
+    the need, what there is, and the keys to lower."""
+
+
+class CollapseError(LoopscopeError):
+    """Every token's final state turned onto one direction while the loss stayed finite
+    (a silent collapse); the message names the cell, step, lr and the cosine seen."""
+
+
+def format_bytes(n: int) -> str:
+    """A size for a message: 1.5 GiB, 42.0 MiB, 512 B."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
+
+
+def require_disk(needs: dict[Path, int], todo: str) -> None:
+    """Check, before writing outputs whose size grows with params, that each file
+    system has room for what is written to it (bytes per path, summed per file system).
+
+    A full disk mid-run is caught anyway (atomic_write_bytes, `run`), but only after the
+    compute that produced the output; and a full disk under a memmap kills the process
+    with SIGBUS instead of an error. todo: what to lower or do, for the message.
+    """
+    groups: dict[int, tuple[list[Path], int, int]] = {}
+    for path, n in needs.items():
+        where = Path(path)
+        while not where.exists() and where != where.parent:
+            where = where.parent  # the folder the output will be created in
+        device = os.stat(where).st_dev
+        names, total, free = groups.get(device, ([], 0, shutil.disk_usage(where).free))
+        groups[device] = ([*names, Path(path)], total + n, free)
+    for names, total, free in groups.values():
+        if total > free:
+            raise ResourceError(
+                f"{' and '.join(map(str, names))}: needs about {format_bytes(total)} of disk "
+                f"space, but its file system has {format_bytes(free)} free. {todo}")
 
 
 def temp_path(path: Path) -> Path:

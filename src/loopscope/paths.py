@@ -13,6 +13,7 @@ stages.
     dvclive/<cell>/                  training logs
     extracts/<cell>/seed<N>/         per-loop hidden states of a validation slice
     metrics/<kind>/<cell>.json       per-cell metrics (kind: train, diagnose, clamp, ...)
+    metrics/train_timings/<cell>.json   the training runs' wall times (vary between runs)
     metrics/headline.json            the few numbers `dvc exp show` should list
     tables/<kind>/<cell>.parquet     per-token or per-setting tables the reports draw
     metrics/bench/<name>.json        benchmark timings (python -m loopscope.bench)
@@ -34,6 +35,9 @@ METRICS = Path("metrics")
 HEADLINE = METRICS / "headline.json"
 TABLES = Path("tables")
 BENCH = METRICS / "bench"
+# The metrics kind of the training runs' wall times: kept out of metrics/train/ and the
+# model files, which are then byte-identical for the same params.
+TRAIN_TIMINGS = "train_timings"
 REPORTS = Path("reports")
 REPORTS_HTML = REPORTS / "html"
 SEED_PREFIX = "seed"

@@ -16,23 +16,9 @@ a match is likely, not certain), from
 an estimate on the raw .txt files in data.dir (a tokenizer trained on a ~2 MB sample),
 or not at all (the corpus is not fetched yet; the command that fetches it is printed).
 
-Memory estimate (training, per process, bytes; an estimate, not a measurement):
-
-    weights + grads + AdamW state = params * (4 + 4 + 8)          fp32 master weights
-    activations = blocks_kept * tokens * d_model * (34 + 5 * n_heads * context / d_model)
-                  * (1 at 16-bit, 2 at fp32)                       Korthikanti et al. 2022
-    logits      = batch * context * vocab * (act_bytes + 4) * readouts_kept
-
-with tokens = batch * context, batch = train.batch_size / train.processes, and
-    depth       = model.loops, or the 99th-percentile sampled r for train.depth lognormal
-    loops_kept  = min(depth, train.backprop_loops) if backprop_loops > 0, else depth
-    readouts    = loops_kept for train.loss per_loop, else 1
-    blocks_kept = n_prelude + n_core * loops_kept + n_coda * readouts
-The coda counts once per readout because LoopedLM.read runs it for every loop that is
-read out. 16-bit activations when train.precision is bf16, or auto on cuda. The
-attention term assumes the attention matrix is stored (math attention); flash attention
-on cuda does not store it, so there the estimate is an upper bound. Not counted: the
-CUDA context (~0.5 GiB), allocator slack, embeddings, the concat adapter's input.
+The memory column is loopscope.memory's training estimate per process (its docstring
+has the formula), the same numbers the train stage checks against the memory there is
+before its first step. Not counted: the CUDA context (~0.5 GiB).
 """
 
 from __future__ import annotations
@@ -46,19 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from loopscope import compute, paths
+from loopscope import compute, memory, paths
 from loopscope.config import CellConfig
 from loopscope.corpus import held_source
 from loopscope.data import Corpus, steps_for_epochs, train_windows
 from loopscope.depth import sampler
-from loopscope.model import LoopedLM, ModelConfig, schedule
+from loopscope.memory import GIB, num_params
 from loopscope.params import Params, load_params, resolve_cell
 from loopscope.tokenizer import train_tokenizer
-from loopscope.train import READS
 
-GIB = 1024**3
 SAMPLE_BYTES = 2_000_000  # text the estimate's tokenizer sees: seconds, even at 32k BPE
 HELD_OUT = 0.1  # tail of the sample the tokens-per-byte ratio is measured on
 
@@ -71,13 +53,6 @@ class CorpusTokens:
     source: str
 
 
-def num_params(model: ModelConfig) -> int:
-    """Unique parameters of LoopedLM(model), the tied head once; built on the meta device
-    so a 1B-parameter config costs no memory and no init time."""
-    with torch.device("meta"):
-        return LoopedLM(model).num_params()
-
-
 def assumed_device(cell: CellConfig, device: str | None = None) -> str:
     """The device training would use (loopscope.compute's rule), assuming the given
     device is what this machine has, where train.device is auto."""
@@ -87,28 +62,15 @@ def assumed_device(cell: CellConfig, device: str | None = None) -> str:
 
 def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
               n_params: int | None = None) -> dict[str, Any]:
-    """Size, depth, steps and memory estimate of one cell (formula: module docstring).
+    """Size, depth, steps and memory estimate of one cell (loopscope.memory.training).
 
     tokens: training tokens of the corpus (None: unknown, so no epoch numbers).
     device: assumed device where train.device is auto. n_params: a cached count.
     """
     m, t = cell.model, cell.train
-    params = num_params(m) if n_params is None else n_params
-    depths = sampler(t, m.loops)
-    mean_depth, p99_depth = depths.mean(), depths.quantile(0.99)
-    step = schedule(p99_depth, READS[t.loss], t.backprop_loops)  # the deepest steps
-    loops_kept, readouts = step.graph_loops, len(step.read)
-    blocks = m.n_prelude + m.n_core * loops_kept + m.n_coda * readouts
     dev = assumed_device(cell, device)
-    act_bytes = 2 if compute.uses_bf16(t.precision, dev == "cuda") else 4
-    batch = t.batch_size // t.processes
-    per_block = batch * m.context * m.d_model * (34 + 5 * m.n_heads * m.context / m.d_model)
-    memory = {
-        "weights_optimizer": params * (4 + 4 + 8),
-        "activations": int(blocks * per_block * act_bytes / 2),
-        "logits": batch * m.context * m.vocab_size * (act_bytes + 4) * readouts,
-    }
-    memory["total"] = sum(memory.values())
+    est = memory.training(cell, dev == "cuda", n_params)
+    needs = {**est.parts, "total": est.total}
 
     windows = train_windows(tokens, m.context, t.stride) if tokens is not None else None
     if t.epochs > 0:
@@ -118,14 +80,14 @@ def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
         steps = t.steps
     epochs = (steps * t.batch_size / windows if steps is not None and windows else None)
     return {
-        "params": params,
+        "params": est.params,
         "loops": m.loops,
         "depth": t.depth,
-        "depth_mean": mean_depth,
-        "depth_p99": p99_depth,
-        "loops_kept": loops_kept,
-        "readouts": readouts,
-        "block_applications": blocks,
+        "depth_mean": sampler(t, m.loops).mean(),
+        "depth_p99": est.depth_p99,
+        "loops_kept": est.loops_kept,
+        "readouts": est.readouts,
+        "block_applications": est.blocks,
         "windows_per_epoch": windows,
         "tokens_per_epoch": windows * m.context if windows is not None else None,
         "steps": steps,
@@ -134,10 +96,10 @@ def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
         "runs": len(cell.seeds),
         "device": dev,
         "device_auto": t.device == "auto",
-        "activation_bytes": act_bytes,
-        "batch_per_process": batch,
-        "memory_bytes": memory,
-        "memory_gib": {k: v / GIB for k, v in memory.items()},
+        "activation_bytes": est.act_bytes,
+        "batch_per_process": est.batch,
+        "memory_bytes": needs,
+        "memory_gib": {k: v / GIB for k, v in needs.items()},
     }
 
 
@@ -305,13 +267,13 @@ def format_plan(result: dict[str, Any]) -> str:
                      _si(c["windows_per_epoch"]), _si(c["tokens_per_epoch"]), _n(c["steps"]),
                      _n(c["epochs"], ".2f"),
                      str(c["runs"]), f"{gib['weights_optimizer']:.1f}",
-                     f"{gib['activations']:.1f}", f"{gib['logits']:.1f}",
-                     f"{gib['total']:.1f}"])
+                     f"{gib['activations']:.1f}", f"{gib['attention']:.1f}",
+                     f"{gib['logits']:.1f}", f"{gib['total']:.1f}"])
     t = result["total"]
     rows.append(["total", "", "", "", "", "", _n(t["steps"]), "", str(t["runs"]), "", "", "",
-                 f"{t['peak_memory_gib']:.1f} max"])
+                 "", f"{t['peak_memory_gib']:.1f} max"])
     header = ["cell", "params", "depth", "bp loops", "windows/epoch", "tokens/epoch", "steps",
-              "epochs", "runs", "W+G+Adam", "activ.", "logits", "GiB (est.)"]
+              "epochs", "runs", "W+G+Adam", "activ.", "attn.", "logits", "GiB (est.)"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(r: list[str]) -> str:
@@ -325,7 +287,8 @@ def format_plan(result: dict[str, Any]) -> str:
     if first["device_auto"]:
         where = (" (train.device auto, from --device)" if result["device_given"] else
                  " (train.device auto, as on this machine; --device cuda plans for a GPU)")
-    out = [f"plan: {result['params_file']} (nothing is trained; memory is an estimate)",
+    out = [f"plan: {result['params_file']} (nothing is trained; memory is an estimate; "
+           "attn.: the attention matrices, which fused attention kernels do not store)",
            f"train tokens: {_n(tokens)} ({result['corpus']['source']})",
            f"device: {first['device']}{where}, {precision} activations, batch per process "
            f"{first['batch_per_process']} (first cell; memory is per process)",

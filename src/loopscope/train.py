@@ -1,8 +1,13 @@
 """Training one cell: loss placement, norm penalty, schedule, sampled depth, logging.
 
 The run is resumable: every train.checkpoint_every steps the model, optimizer, batch
-sampler, depth sampler and RNG states go to a resume checkpoint (loopscope.checkpoint),
-and a rerun continues from it to the same weights, bit for bit on the CPU.
+sampler, depth sampler and every process's RNG states go to a resume checkpoint
+(loopscope.checkpoint), and a rerun continues from it to the same weights, bit for bit
+on the CPU, with one process or several.
+
+A run that fails stops with nothing saved: a NaN or infinite loss (DivergenceError), or
+a silent collapse (CollapseError), every token's final state turned onto one direction
+while the loss stays finite, which no loss check sees.
 """
 
 from __future__ import annotations
@@ -21,14 +26,29 @@ from tqdm import tqdm
 
 from loopscope import compute
 from loopscope.checkpoint import load_resume, run_fingerprint, save_resume
-from loopscope.config import CellConfig, Loss, TrainConfig
+from loopscope.config import READS, CellConfig, TrainConfig
 from loopscope.data import Batches, steps_for_epochs
 from loopscope.depth import Fixed, LogNormal, sampler
-from loopscope.errors import DivergenceError, ParamsError
-from loopscope.model import LoopedLM, LoopOutput, Read, loop_ce
+from loopscope.errors import CollapseError, DivergenceError, ParamsError
+from loopscope.model import LoopedLM, LoopOutput, loop_ce
 
-# Which loops the loss reads out, by loss placement.
-READS: dict[Loss, Read] = {"per_loop": "all", "final": "last"}
+# A silent collapse: after the warm-up, at every logging step (COLLAPSE_PATIENCE of them
+# at least) for COLLAPSE_STEPS steps or COLLAPSE_SHARE of the run, whichever is longer,
+# the final-loop states of the batch's tokens have a mean pairwise cosine above
+# COLLAPSE_COSINE and the final loop's CE is no better than predicting the batch's
+# target frequencies for every token (their entropy, what a model that maps every token
+# onto one state can do at best). A collapsed run sits at ~1.000 with the loss at the
+# unigram level for good. A healthy one passes through that phase early (it predicts the
+# unigram first): on the default corpus perloop_raw and terminal_raw logged 0.99-0.9999
+# with the CE above the target entropy up to step 50 (warm-up 40) and 0.96 at step 60,
+# perloop_normed 0.9965 at step 10, the backbones 0.94-0.97 before their warm-up ended;
+# hence the warm-up and a span of 100 steps, twice the longest phase seen after a
+# warm-up. The CE keeps a raw-readout cell whose states share one large direction
+# (paper A's drift) but whose readout still tells the tokens apart from being stopped.
+COLLAPSE_COSINE = 0.99
+COLLAPSE_PATIENCE = 3
+COLLAPSE_STEPS = 100
+COLLAPSE_SHARE = 0.2
 
 
 def world() -> tuple[int, int]:
@@ -112,21 +132,41 @@ def _optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
         lr=cfg.lr, betas=(0.9, 0.95))
 
 
+def _rng_states(device: torch.device) -> list[dict[str, torch.Tensor]]:
+    """torch's RNG states of every process, in rank order (a collective: every process
+    calls it). Dropout and the noise initial state draw from them, and under DDP each
+    process draws its own, so a resumed run is exact only if each gets its own back."""
+    own = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        own["cuda"] = torch.cuda.get_rng_state(device)
+    size = world()[1]
+    if size == 1:
+        return [own]
+    states: list[Any] = [None] * size
+    dist.all_gather_object(states, own)
+    return [{k: v.cpu() for k, v in s.items()} for s in states]
+
+
 def _snapshot(model: LoopedLM, opt: torch.optim.Optimizer, batches: Batches,
-              depth: Fixed | LogNormal) -> dict[str, Any]:
-    """Everything the next step depends on; dropout and noise draw from torch's RNG."""
+              depth: Fixed | LogNormal, rngs: list[dict[str, torch.Tensor]]
+              ) -> dict[str, Any]:
+    """Everything the next step depends on. The batch and depth samplers are the same on
+    every process; rngs (from _rng_states) holds each process's own torch RNG."""
     return {"model": model.state_dict(), "optimizer": opt.state_dict(),
-            "batches_rng": batches.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "batches_rng": batches.gen.get_state(), "torch_rng": rngs,
             "depth_rng": depth.state()}
 
 
 def _restore(state: dict[str, Any], model: LoopedLM, opt: torch.optim.Optimizer,
-             batches: Batches, depth: Fixed | LogNormal) -> None:
-    """The inverse of _snapshot."""
+             batches: Batches, depth: Fixed | LogNormal, device: torch.device) -> None:
+    """The inverse of _snapshot, for this process (its own RNG states)."""
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     batches.gen.set_state(state["batches_rng"])
-    torch.set_rng_state(state["torch_rng"])
+    rng = state["torch_rng"][world()[0]]
+    torch.set_rng_state(rng["cpu"])
+    if device.type == "cuda" and "cuda" in rng:
+        torch.cuda.set_rng_state(rng["cuda"], device)
     depth.set_state(state["depth_rng"])
 
 
@@ -138,6 +178,31 @@ def _mean_over_processes(values: list[float], device: torch.device) -> list[floa
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return (t / size).tolist()
+
+
+def state_cosine(h: torch.Tensor, device: torch.device) -> float:
+    """Mean cosine similarity over all pairs of distinct tokens of the states h (..., d),
+    over the tokens of every process: 1 when every token sits on one direction.
+
+    The mean of u_i . u_j over i != j is (|sum u|^2 - n) / (n (n - 1)) for unit vectors
+    u, so it costs one pass over the tokens, not n^2 products.
+    """
+    u = torch.nn.functional.normalize(h.detach().reshape(-1, h.shape[-1]).double(), dim=-1)
+    size = world()[1]
+    total = torch.tensor(_mean_over_processes(u.sum(0).tolist(), device)) * size
+    n = u.shape[0] * size
+    return ((total @ total - n) / (n * (n - 1))).item() if n > 1 else 1.0
+
+
+def target_entropy(y: torch.Tensor, vocab: int, device: torch.device) -> float:
+    """Entropy (nats) of the target frequencies of every process's batch: the CE of the
+    best prediction that is the same for every token, so a model whose final CE is not
+    below it makes nothing of what tells the tokens apart."""
+    counts = torch.bincount(y.flatten(), minlength=vocab).to(device, torch.float64)
+    if world()[1] > 1:
+        dist.all_reduce(counts)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
 
 
 def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
@@ -156,7 +221,13 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     Under torchrun (train.processes > 1) every process draws the same global batch and
     trains on its rows; DDP averages gradients, so the run follows the one-process run
     with the same global batch (up to float summation order, and except for dropout and
-    noise, which each process draws for itself). Only rank 0 logs and checkpoints.
+    noise, which each process draws for itself). Only rank 0 logs and checkpoints; the
+    checkpoint holds every process's RNG state, so a resumed DDP run is exact too.
+
+    The summary's "timings" (train_seconds, tokens_per_second) vary from run to run; the
+    rest of it is reproducible. Raises DivergenceError (a NaN or infinite loss) or
+    CollapseError (the final states' mean pairwise cosine stuck above COLLAPSE_COSINE,
+    see check_collapse) with nothing saved.
     """
     rank, size = world()
     run_on = compute.resolve(cell.train)
@@ -175,8 +246,10 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     if resume is not None:
         fingerprint = run_fingerprint(cell, train_tokens)
         state = load_resume(resume, cell, fingerprint)
+    if size > 1:
+        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
     if state is not None:
-        _restore(state, model, opt, batches, depth)
+        _restore(state, model, opt, batches, depth, device)
         first, spent, history, loss_value = (state["step"], state["seconds"],
                                              state["history"], state["loss"])
         if rank == 0:
@@ -187,7 +260,6 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     _optimizer_to(opt, device)
     forward = model
     if size > 1:
-        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
         forward = torch.nn.parallel.DistributedDataParallel(  # a raw readout never uses
             model, find_unused_parameters=cell.model.readout == "raw")  # the final norm
     if cfg.compile:
@@ -230,27 +302,60 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             else:
                 for k, norm in enumerate(_mean_over_processes(norms, device), 1):
                     row[f"train/norm_loop{k}"] = norm
+            row["train/state_cosine"] = state_cosine(out.states[-1], device)
+            row["train/target_entropy"] = target_entropy(y, cell.model.vocab_size, device)
             history.append(row)
             _log(live, row)
+            check_collapse(cell.cell, history, cfg, lr, loss_value)
         done = step + 1
-        if (resume is not None and rank == 0 and done % cfg.checkpoint_every == 0
-                and done < cfg.steps):
-            save_resume(resume, fingerprint, {
-                "step": done, "history": history, "loss": loss_value,
-                "seconds": spent + time.perf_counter() - start,
-                **_snapshot(model, opt, batches, depth)})
+        if resume is not None and done % cfg.checkpoint_every == 0 and done < cfg.steps:
+            rngs = _rng_states(device)  # every process takes part
+            if rank == 0:
+                save_resume(resume, fingerprint, {
+                    "step": done, "history": history, "loss": loss_value,
+                    "seconds": spent + time.perf_counter() - start,
+                    **_snapshot(model, opt, batches, depth, rngs)})
     seconds = spent + time.perf_counter() - start
     model.to("cpu")
     summary = {
         "final_loss": loss_value,
         "steps": cfg.steps,
-        "train_seconds": round(seconds, 2),
-        "tokens_per_second": round(tokens_per_step * cfg.steps / seconds, 1),
         "params": model.num_params(),
         "device": run_on.describe() + (f" x{size}" if size > 1 else ""),
         "config": asdict(cfg),
+        "timings": {"train_seconds": round(seconds, 2),
+                    "tokens_per_second": round(tokens_per_step * cfg.steps / seconds, 1)},
     }
     return model, summary
+
+
+def check_collapse(name: str, history: list[dict[str, float]], cfg: TrainConfig,
+                   lr: float, loss: float) -> None:
+    """Stop the run like a NaN does when every row logged since the warm-up ended, over
+    the last max(COLLAPSE_STEPS, COLLAPSE_SHARE * steps) steps and COLLAPSE_PATIENCE
+    rows at least, has the final states' mean pairwise cosine above COLLAPSE_COSINE and
+    a final-loop CE no better than the batch's target entropy. The streak is read from
+    the logged rows, so a resumed run stops where an uninterrupted one would."""
+    streak: list[dict[str, float]] = []
+    for row in reversed(history):
+        if (row["step"] < cfg.warmup_steps or row["train/state_cosine"] <= COLLAPSE_COSINE
+                or row["train/ce_last"] < row["train/target_entropy"]):
+            break
+        streak.insert(0, row)
+    span = max(COLLAPSE_STEPS, math.ceil(COLLAPSE_SHARE * cfg.steps))
+    if len(streak) < COLLAPSE_PATIENCE or streak[-1]["step"] - streak[0]["step"] < span:
+        return
+    first, last = int(streak[0]["step"]), int(streak[-1]["step"])
+    seen = ", ".join(f"{r['train/state_cosine']:.4f}" for r in streak[-COLLAPSE_PATIENCE:])
+    end = streak[-1]
+    raise CollapseError(
+        f"cell '{name}': the final-loop states collapsed (lr {lr:.3g}): from step {first} "
+        f"to step {last} the mean pairwise cosine of the tokens' states stayed above "
+        f"{COLLAPSE_COSINE} (last values {seen}; every token on one state) and the final "
+        f"loop's CE ({end['train/ce_last']:.3f}) no better than predicting the batch's "
+        f"target frequencies for every token ({end['train/target_entropy']:.3f}), while "
+        f"the loss stayed finite ({loss:.3f}); lower train.lr or raise "
+        "train.warmup_steps. No model was saved.")
 
 
 def _optimizer_to(opt: torch.optim.Optimizer, device: torch.device) -> None:

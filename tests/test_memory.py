@@ -1,0 +1,292 @@
+"""Preflight: the one memory estimate (plan and the stages), its limit, its calibration,
+and the disk checks; every refusal comes before any step, naming the keys."""
+
+import dataclasses
+import json
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import BACKBONE
+from conftest import tiny_cell as cell
+from test_pipeline import ROOT
+
+from loopscope import compute, errors, memory, paths
+from loopscope.config import CellConfig
+from loopscope.diagnostics import write_extract
+from loopscope.errors import ResourceError
+from loopscope.model import LoopedLM
+from loopscope.params import load_params, resolve_cell
+from loopscope.plan import plan_cell
+
+GIB = 1024**3
+DEFAULT = load_params(ROOT / "params.yaml")
+CPU = torch.device("cpu")
+Usage = namedtuple("Usage", "total used free")
+
+
+def default_cell(name: str, **model) -> CellConfig:
+    """A cell of the shipped params.yaml, with model overrides."""
+    c = resolve_cell(DEFAULT, name)
+    return dataclasses.replace(c, model=dataclasses.replace(c.model, **model))
+
+
+def limit_to(monkeypatch, gib: float) -> None:
+    """Pretend this process can use `gib` GiB, wherever it runs."""
+    monkeypatch.setattr(memory, "available",
+                        lambda device: memory.Limit(int(gib * GIB), "a test's limit"))
+
+
+# --- one estimate ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["perloop_normed", "backbone"])
+def test_plan_prints_the_estimate_the_preflight_checks(name):
+    c = default_cell(name)
+    for device in ("cpu", "cuda"):
+        planned = plan_cell(c, None, device)["memory_bytes"]
+        est = memory.training(c, device == "cuda")
+        assert planned == {**est.parts, "total": est.total}
+
+
+def test_sandwich_swiglu_and_the_adapter_cost_more_than_a_plain_block():
+    plain = memory.training(cell(), False).parts["activations"]
+    for variant in ({"block": "sandwich"}, {"ffn": "swiglu"}, {"inject": "concat_adapter"}):
+        model = dataclasses.replace(cell().model, **variant)
+        assert memory.training(cell(model), False).parts["activations"] > plain, variant
+
+
+# --- the refusal ----------------------------------------------------------------------
+
+def test_a_context_typo_is_refused_naming_memory_and_the_keys(monkeypatch):
+    limit_to(monkeypatch, 20)
+    typo = default_cell("terminal_normed", context=100_000)
+    with pytest.raises(ResourceError) as err:
+        memory.check_training(typo, CPU)
+    message = str(err.value)
+    assert message.startswith("cell 'terminal_normed': training needs at least about ")
+    floor = float(message.split("needs at least about ")[1].split(" GiB")[0])
+    assert 100 < floor < 200  # without the attention matrices: fused kernels keep none
+    with_math = re.search(r"; ([0-9,.]+) GiB with the attention matrices math attention "
+                          "stores; an estimate, `python -m loopscope.plan` prints it", message)
+    assert float(with_math.group(1).replace(",", "")) > 40_000  # what plan prints
+    assert "can use 18.0 GiB (90% of 20.0 GiB, a test's limit)" in message
+    for key in ("model.context (100000)", "train.batch_size (16)", "model.d_model (128)",
+                "model.loops (4)", "tokenizer.vocab_size (2048)", "train.processes (1)"):
+        assert key in message
+    assert "lower model.context or train.batch_size" in message
+
+
+def test_the_largest_part_says_what_to_lower(monkeypatch):
+    limit_to(monkeypatch, 0.01)
+    big_vocab = default_cell("perloop_normed", vocab_size=500_000)
+    with pytest.raises(ResourceError, match=r"lower train.batch_size, model.context or "
+                       r"tokenizer.vocab_size \(the logits are the largest part\)"):
+        memory.check_training(big_vocab, CPU)
+
+
+def test_attention_matrices_alone_over_the_limit_is_a_note(monkeypatch, capsys):
+    """Fused attention kernels (flash, on CUDA and the CPU) keep no attention matrix, so
+    a run that fits without them is not refused; it is told."""
+    long = default_cell("perloop_normed", context=4096)
+    est = memory.training(long, False)
+    assert est.parts["attention"] > est.floor
+    limit_to(monkeypatch, (est.floor + est.total) / 2 / memory.USABLE / GIB)
+    memory.check_training(long, CPU)
+    assert capsys.readouterr().out.startswith(
+        "note: cell 'perloop_normed': training may not fit: about ")
+
+
+def test_cpu_processes_share_the_machine_and_cuda_processes_do_not(monkeypatch):
+    c = default_cell("perloop_normed")
+    two = dataclasses.replace(c, train=dataclasses.replace(c.train, processes=2))
+    one_gib = memory.training(c, False).floor / GIB
+    per_process = memory.training(two, False).floor / GIB
+    limit_to(monkeypatch, (per_process * 1.5) / memory.USABLE)  # one fits, two do not
+    with pytest.raises(ResourceError, match=r"training needs at least about [0-9.]+ \w+ of "
+                       r"memory \(2 processes x [0-9.]+ \w+ each: weights"):
+        memory.check_training(two, CPU)
+    memory.check_training(two, torch.device("cuda"))  # one device per process
+    assert per_process < one_gib  # the global batch is shared out
+
+
+def test_extract_and_diagnose_are_checked_at_their_batch_size(monkeypatch):
+    c = default_cell("perloop_normed")
+    run_on = compute.Compute(CPU, False)
+    per_window = sum(memory.forward(c.model, 1, c.model.loops, True, False).values())
+    limit_to(monkeypatch, per_window * 30 / GIB)
+    memory.check_forward(c, run_on, 16, "extract.batch_size", "extract")
+    with pytest.raises(ResourceError, match=r"^cell 'perloop_normed': extract at "
+                       r"extract.batch_size 4096 needs at least about .* lower "
+                       r"extract.batch_size, or run where"):
+        memory.check_forward(c, run_on, 4096, "extract.batch_size", "extract")
+
+
+def test_train_stage_refuses_a_context_typo_before_any_step(tmp_path, monkeypatch):
+    """The acceptance case in-process: params.yaml's model.context 100000, a corpus long
+    enough for it, and the stage stops in about a second, before torchrun or a step."""
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    typo = default_cell("terminal_normed", context=100_000)
+    (tmp_path / paths.CONFIGS).mkdir()
+    (tmp_path / paths.config_file("terminal_normed")).write_text(typo.to_json())
+    (tmp_path / paths.PREPARED).mkdir()  # splits long enough: the context check passes
+    splits = {"train": {"tokens": 1_672_609}, "val": {"tokens": 186_859}}
+    (tmp_path / paths.PREPARED / "meta.json").write_text(json.dumps({"splits": splits}))
+    monkeypatch.setattr("sys.argv", ["train.py", "terminal_normed"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
+    message = str(exit_.value.code)
+    assert message.startswith("error: cell 'terminal_normed': training needs at least about ")
+    assert "of memory" in message and "model.context (100000)" in message
+    assert not (tmp_path / "dvclive").exists() and not (tmp_path / "models").exists()
+
+
+# --- the limit ------------------------------------------------------------------------
+
+def fake_proc(monkeypatch, tmp_path, meminfo_kib: int, cgroup: str) -> Path:
+    (tmp_path / "meminfo").write_text(f"MemTotal: 99999999 kB\nMemAvailable: {meminfo_kib} "
+                                      "kB\n")
+    (tmp_path / "cgroup").write_text(cgroup)
+    root = tmp_path / "sys"
+    monkeypatch.setattr(memory, "PROC_MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(memory, "PROC_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(memory, "CGROUP_ROOT", root)
+    return root
+
+
+def test_the_limit_is_the_cgroup_where_one_is_set(monkeypatch, tmp_path):
+    root = fake_proc(monkeypatch, tmp_path, 8 * 1024**2, "0::/job/step\n")  # 8 GiB free
+    step = root / "job" / "step"
+    step.mkdir(parents=True)
+    (step / "memory.max").write_text("max\n")  # no limit of its own: its parent's counts
+    (root / "job" / "memory.max").write_text(f"{2 * GIB}\n")
+    (root / "job" / "memory.current").write_text(f"{GIB + GIB // 2}\n")
+    (root / "job" / "memory.stat").write_text(f"anon 1\ninactive_file {GIB // 2}\n")
+    limit = memory.available(CPU)
+    assert limit.bytes == GIB  # 2 GiB - (1.5 GiB used - 0.5 GiB reclaimable cache)
+    assert str(root / "job") in limit.source
+    (root / "job" / "memory.max").write_text("max\n")
+    limit = memory.available(CPU)
+    assert (limit.bytes, limit.source) == (8 * GIB, "MemAvailable in /proc/meminfo")
+
+
+def test_the_limit_of_a_cgroup_v1(monkeypatch, tmp_path):
+    root = fake_proc(monkeypatch, tmp_path, 8 * 1024**2, "4:memory:/box\n0::/\n")
+    box = root / "memory" / "box"
+    box.mkdir(parents=True)
+    (box / "memory.limit_in_bytes").write_text(f"{3 * GIB}\n")
+    (box / "memory.usage_in_bytes").write_text(f"{GIB}\n")
+    (root / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (root / "memory" / "memory.usage_in_bytes").write_text(f"{GIB}\n")
+    assert memory.available(CPU).bytes == 2 * GIB
+    monkeypatch.setattr(memory, "PROC_MEMINFO", tmp_path / "none")
+    monkeypatch.setattr(memory, "PROC_CGROUP", tmp_path / "none")
+    assert memory.available(CPU) is None  # no /proc: nothing to check against
+    memory.check_training(default_cell("terminal_normed", context=100_000), CPU)
+
+
+def test_the_default_cells_fit_this_machine():
+    for name in DEFAULT.cells:
+        memory.check_training(resolve_cell(DEFAULT, name), CPU)
+
+
+# --- calibration ----------------------------------------------------------------------
+
+CALIBRATE = textwrap.dedent("""
+    import dataclasses, json, resource, sys
+    import torch
+    from loopscope import memory
+    from loopscope.params import load_params, resolve_cell
+    from loopscope.train import train_cell
+    cell = resolve_cell(load_params(sys.argv[1]), sys.argv[2])
+    cell = dataclasses.replace(cell, train=dataclasses.replace(
+        cell.train, steps=int(sys.argv[3]), warmup_steps=1, log_every=1))
+    tokens = torch.randint(0, cell.model.vocab_size, (100_000,),
+                           generator=torch.Generator().manual_seed(0))
+    # torch loads parts of itself (autograd, the optimizer's machinery) on first use:
+    # two steps of a toy model load them, so the baseline is torch with all it needs
+    toy = dataclasses.replace(cell.model, d_model=8, n_heads=2, context=8, vocab_size=260)
+    train_cell(dataclasses.replace(cell, model=toy), tokens % 260)
+    baseline = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+    train_cell(cell, tokens)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    print(json.dumps({"growth": peak - baseline,
+                      "estimate": memory.training(cell, False).total}))
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+def test_the_estimate_is_calibrated_on_a_default_cell():
+    """The peak resident memory a default cell's training adds to its process (a fresh
+    one: ru_maxrss is a high-water mark) is within memory.MEASURED_RANGE of the
+    estimate. perloop_normed, paper A's largest; three steps: the first ones set most of
+    the allocator's high-water mark (loopscope.memory lists the other cells, and 30
+    steps)."""
+    name = "perloop_normed"
+    result = subprocess.run([sys.executable, "-c", CALIBRATE, str(ROOT / "params.yaml"),
+                             name, "3"], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    ratio = got["growth"] / got["estimate"]
+    low, high = memory.MEASURED_RANGE
+    assert low <= ratio <= high, f"{name}: measured {got['growth'] / 2**20:.0f} MiB, " \
+                                 f"estimate {got['estimate'] / 2**20:.0f} MiB ({ratio:.2f}x)"
+
+
+# --- disk -----------------------------------------------------------------------------
+
+def full_disk(monkeypatch, free: int) -> None:
+    monkeypatch.setattr(errors.shutil, "disk_usage", lambda path: Usage(10**12, 0, free))
+
+
+def test_extract_checks_the_disk_before_writing(tmp_path, monkeypatch):
+    full_disk(monkeypatch, 10_000)
+    torch.manual_seed(0)
+    model = LoopedLM(BACKBONE).eval()
+    x = torch.randint(0, 64, (8, 16))
+    out = tmp_path / "extracts" / "tiny" / "seed42"
+    with pytest.raises(ResourceError) as err:
+        write_extract(model, x, x, 4, out, "tiny")
+    need = (BACKBONE.loops + 1) * 8 * 16 * 32 * 4 + BACKBONE.loops * 8 * 16 * 22
+    assert str(err.value) == (
+        f"{out}/states.npy: needs about {errors.format_bytes(need)} of disk space, but its "
+        "file system has 9.8 KiB free. Free disk space, or lower extract.val_sequences (8 "
+        "windows of model.context 16 tokens, each token with model.loops + 1 = 5 states "
+        "of model.d_model 32 floats), then rerun `dvc repro`.")
+    assert not any(out.iterdir())  # not even the memmap's temporary file
+
+
+def test_train_stage_checks_the_disk_before_any_step(tmp_path, monkeypatch):
+    shutil.copy(ROOT / "tests" / "micro_params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    config = resolve_cell(load_params(), "perloop_raw")
+    (tmp_path / paths.CONFIGS).mkdir()
+    (tmp_path / paths.config_file("perloop_raw")).write_text(config.to_json())
+    (tmp_path / paths.PREPARED).mkdir()
+    splits = {"train": {"tokens": 10**5}, "val": {"tokens": 10**4}}
+    (tmp_path / paths.PREPARED / "meta.json").write_text(json.dumps({"splits": splits}))
+    full_disk(monkeypatch, 1000)
+    monkeypatch.setattr("sys.argv", ["train.py", "perloop_raw"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
+    message = str(exit_.value.code)
+    assert message.startswith("error: models/perloop_raw and checkpoints/perloop_raw: needs "
+                              "about ")
+    assert "of disk space, but its file system has 1000 B free. Free disk space" in message
+    assert not (tmp_path / "dvclive").exists()
+
+
+def test_require_disk_sums_what_shares_a_file_system(tmp_path, monkeypatch):
+    full_disk(monkeypatch, 1500)
+    errors.require_disk({tmp_path / "a": 700, tmp_path / "b" / "c": 700}, "")
+    with pytest.raises(ResourceError, match=r"a and .*b/c: needs about 1.6 KiB"):
+        errors.require_disk({tmp_path / "a": 800, tmp_path / "b" / "c": 800}, "")
