@@ -6,6 +6,7 @@ sampler for its mean and tail, so the two cannot disagree about what a setting m
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -73,18 +74,21 @@ class LogNormal:
         lam = torch.exp(mu + self.sigma * torch.randn(1, generator=self.gen, dtype=torch.float64))
         return 1 + int(torch.poisson(lam, generator=self.gen).item())
 
+    @functools.cached_property
     def _draws(self) -> np.ndarray:
+        """STAT_SAMPLES draws of a fresh sampler with a fixed seed (this one's own
+        generator is left alone: training draws from it)."""
         cfg = TrainConfig(depth_sigma=self.sigma, depth_mean=self.convention, seed=STAT_SEED)
         fresh = LogNormal(cfg, self.loops)
         return np.array([fresh.sample() for _ in range(STAT_SAMPLES)])
 
     def mean(self) -> float:
         """E[r] (m + 1), estimated from STAT_SAMPLES draws with a fixed seed."""
-        return float(self._draws().mean())
+        return float(self._draws.mean())
 
     def quantile(self, q: float) -> int:
         """The q-quantile of r (the deepest steps set the memory), rounded up."""
-        return int(np.ceil(np.quantile(self._draws(), q)))
+        return int(np.ceil(np.quantile(self._draws, q)))
 
     def state(self) -> torch.Tensor:
         return self.gen.get_state()
