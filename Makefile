@@ -1,6 +1,6 @@
 # loopscope: two commands do all set-up on a fresh machine.
 #   make repro   venv + pinned deps + corpus (params.yaml's data:) + `dvc repro` -> reports/html/*.html
-#   make test    venv + pinned deps + pytest
+#   make test    venv + pinned deps + pytest (two workers; one test file per worker at a time)
 #   make setup   venv + pinned deps only (e.g. before `dvc pull`)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -28,7 +28,7 @@ repro: data
 	$(BIN)/dvc repro
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src stages tests

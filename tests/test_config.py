@@ -196,6 +196,20 @@ def test_epochs_replace_steps():
     assert cell.train.epochs == 2.5 and cell.train.steps == 0
 
 
+def test_a_cells_training_length_replaces_the_shared_one_in_either_unit():
+    raw = with_("train.epochs", 2.5, with_("train.steps", 0))
+    raw["cells"]["perloop_raw"]["train"]["steps"] = 300
+    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    assert (cell.train.steps, cell.train.epochs) == (300, 0.0)
+    raw = copy.deepcopy(BASE)
+    raw["cells"]["perloop_raw"]["train"]["epochs"] = 1.5
+    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    assert (cell.train.steps, cell.train.epochs) == (0, 1.5)
+    raw["cells"]["perloop_raw"]["train"]["steps"] = 300  # both in one cell: refused
+    with pytest.raises(ParamsError, match=r"in cell 'perloop_raw': 'train.steps' is 300"):
+        resolve_cell(parse_params(raw), "perloop_raw")
+
+
 def test_option_values_are_declared_once_as_literal_types():
     # the enumerations come from the dataclass field types, the depth samplers agree
     assert CHOICES["model.readout"] == ("normed", "raw", "final_norm")

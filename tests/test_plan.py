@@ -112,8 +112,9 @@ def test_epoch_steps_from_prepared_meta(tmp_path, monkeypatch):
     result = plan("params.yaml")
     assert "meta.json" in result["corpus"]["source"]
     context = BASE["model"]["context"]
-    for cell in result["cells"].values():
-        assert cell["steps"] == steps_for_epochs(2, 100_000, context, 64, 8)
+    for name, cell in result["cells"].items():
+        own = BASE["cells"][name].get("train", {}).get("steps")  # a cell's own steps stay
+        assert cell["steps"] == (own or steps_for_epochs(2, 100_000, context, 64, 8))
         assert cell["windows_per_epoch"] == (100_000 - context - 2) // 64 + 1
     assert result["total"]["steps"] == sum(c["steps"] for c in result["cells"].values())
     assert params.is_file()
@@ -201,7 +202,9 @@ def test_not_fetched_prints_the_fetch_command(tmp_path, monkeypatch, capsys):
     main(["params.yaml", "--json"])
     result = json.loads(capsys.readouterr().out)
     assert result["corpus"]["train_tokens"] is None
-    assert all(c["steps"] == BASE["train"]["steps"] for c in result["cells"].values())
+    assert all(c["steps"] == BASE["cells"][name].get("train", {}).get("steps",
+                                                                    BASE["train"]["steps"])
+               for name, c in result["cells"].items())
 
 
 def test_presets_exist():

@@ -393,6 +393,12 @@ def resolve_cell(params: Params, name: str) -> CellConfig:
         for key in extra:
             if key not in base:
                 raise _unknown(f"cells.{name}.{section}", str(key), list(base))
+        if section == "train":
+            # A cell's own training length replaces the shared one, in either unit.
+            if "steps" in extra and "epochs" not in extra:
+                base["epochs"] = 0.0
+            if "epochs" in extra and "steps" not in extra:
+                base["steps"] = 0
         try:
             sections[section] = _build(section, SECTIONS[section], {**base, **extra})
         except ParamsError as err:
