@@ -3,6 +3,7 @@
 import sys
 
 from loopscope import paths
+from loopscope.config import load_cell
 from loopscope.errors import run
 from loopscope.params import load_params
 from loopscope.report import render
@@ -11,8 +12,12 @@ from loopscope.report import render
 def main() -> None:
     name = sys.argv[1]
     params = load_params()
-    render(paths.report_template(name), paths.report_html(name),
-           {"cells": list(params.cells)}, params.report.timeout_s)
+    configs = [load_cell(paths.config_file(c)) for c in params.cells]
+    notebook = {"cells": list(params.cells),  # the seeds every cell's runs used
+                "seeds": sorted({s for c in configs for s in c.seeds or [c.train.seed]}),
+                "policy_cells": list(params.policies.cells)}
+    render(paths.report_template(name), paths.report_html(name), notebook,
+           params.report.timeout_s)
     print(f"report: {paths.report_html(name)}")
 
 

@@ -78,6 +78,9 @@ def test_repro_writes_report_and_finite_metrics(repo):
     index = (repo / "reports" / "html" / "index.html").read_text()
     assert 'href="blind_spot.html"' in index and 'href="convergence.html"' in index
     assert "Paper B: per-token fixed-point convergence" in index
+    # the reports get the run's seeds (provenance) and the backbones' policies (A1's claim)
+    for text in (convergence, index):
+        assert "42, 43" in text and "no policies metrics" not in text
     bench = json.loads((repo / "metrics" / "bench" / "exits.json").read_text())
     for mode in ("scoring", "generation_batch1", "generation_batched"):
         assert set(bench[mode]["realized"]) == set(bench[mode]["ideal"])
