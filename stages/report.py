@@ -14,7 +14,7 @@ def main() -> None:
     params = load_params()
     configs = [load_cell(paths.config_file(c)) for c in params.cells]
     notebook = {"cells": list(params.cells),  # the seeds every cell's runs used
-                "seeds": sorted({s for c in configs for s in c.seeds or [c.train.seed]}),
+                "seeds": sorted({s for c in configs for s in c.seeds}),
                 "policy_cells": list(params.policies.cells)}
     render(paths.report_template(name), paths.report_html(name), notebook,
            params.report.timeout_s)
