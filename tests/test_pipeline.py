@@ -36,7 +36,8 @@ def copy_repo(dest: Path) -> Path:
     files = sh(["git", "ls-files", "--cached", "--others", "--exclude-standard"], ROOT).stdout
     for rel in files.split():
         # not the corpus, tests, or the committed results of the default run
-        if rel.startswith(("data/", "tests/", "metrics/", "dvclive/", "reports/html/")) \
+        if rel.startswith(("data/", "tests/", "metrics/", "dvclive/", "reports/html/",
+                           "tables/plots/")) \
                 or rel in ("data.dvc", "dvc.lock"):
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +140,8 @@ def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     out = result.stdout
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
     assert ran == {"configure", *(f"{s}@backbone" for s in PER_CELL), "bench_exits",
-                   "headline", "report_blind_spot", "report_convergence", "report_index"}, out
+                   "headline", "plots", "report_blind_spot", "report_convergence",
+                   "report_index"}, out
     for cell in CELLS[:-1]:
         assert f"Stage 'train@{cell}' didn't change, skipping" in out
     assert "Stage 'prepare' didn't change, skipping" in out
@@ -170,6 +172,26 @@ def test_queued_sweep_runs_in_two_workers(repo):
     for lam in values:
         assert f"pen{lam}" in text
     assert text.count("ppl_final") >= len(values)
+
+
+def test_plots_cover_every_cell_and_diff_overlays_experiments(repo):
+    """dvc.yaml's top-level plots: `dvc plots show` draws every cell in one plot per
+    figure, and `dvc plots diff` of two experiments (the queued sweep's) carries both
+    revisions, with the norm-penalty cell's norms different between them."""
+    shown = json.loads(sh(["dvc", "plots", "show", "--json"], repo).stdout)["data"]
+    figures = [k for k in shown if "(paper" in k]
+    assert len(figures) == 8, figures
+    rows = shown["Hidden-state norm vs loop (paper A)"][0]["content"]["data"]["values"]
+    assert {r["series"] for r in rows} == set(CELLS)
+    frontier = shown["Policy frontier, CE vs mean loops (paper B)"][0]["content"]
+    assert {r["series"].split()[0] for r in frontier["data"]["values"]} == {"backbone"}
+    revs = ["pen0.001", "pen0.01"]  # test_queued_sweep_runs_in_two_workers ran them
+    diff = json.loads(sh(["dvc", "plots", "diff", *revs, "--json"], repo).stdout)
+    norm = diff["data"]["Hidden-state norm vs loop (paper A)"][0]["content"]["data"]["values"]
+    assert {r["rev"] for r in norm} == set(revs)
+    by_rev = [{r["loop"]: float(r["norm"]) for r in norm
+               if r["rev"] == rev and r["series"] == "perloop_raw"} for rev in revs]
+    assert by_rev[0] and by_rev[0].keys() == by_rev[1].keys() and by_rev[0] != by_rev[1]
 
 
 @pytest.mark.parametrize("key, value, message", [

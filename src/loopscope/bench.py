@@ -1,6 +1,7 @@
 """Benchmarks, measured side by side in one process and written as JSON.
 
     python -m loopscope.bench exits [--cell backbone] [--repeats 5] [--out FILE]
+    python -m loopscope.bench train [--cells a b] [--steps 10] [--repeats 5] [--out FILE]
 
 Timings on a shared machine are noisy, so every number that matters here is a ratio of
 medians measured in the same run, configurations interleaved. Not a test: nothing here
@@ -19,11 +20,26 @@ stream, and convergence.windows... streams decoded together, depth-wise batched)
                     give on this machine once per-call overheads are counted
     vs_matched_uniform  time of the smallest uniform depth that matches depth R's
                     quality on `choose` / time of the policy: the honest baseline
+
+train: how close does a training step on the CPU (fp32, train.threads threads) come to
+this machine's matrix-multiply speed? Per cell (from params.yaml alone, no stage outputs
+needed; random token ids, since timing does not depend on the data; a sampled depth
+fixed at R = model.loops), the median over
+`repeats` rounds of `steps` optimizer steps exactly as loopscope.train takes them, beside,
+in the same rounds, a 2048 x 2048 fp32 matmul and a plain reference of the same shapes
+built from torch.nn.TransformerEncoderLayer (causal mask, pre-norm LayerNorm, GELU, tied
+head, the same loops and readouts). FLOPs per token of a step (step_flops):
+    3 (prelude + G loop + n_read readout) + F loop
+with G loops building a graph, F loops run without one (train.backprop_loops), n_read
+readouts (every graph loop for a per-loop loss, one for a final one) and loop / readout
+the forward FLOPs of LoopedLM.cost; the backward pass costs two forwards. GFLOP/s over the
+matmul's is the step's share of the machine's large-matmul throughput (like MFU).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -33,17 +49,19 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from loopscope import paths, runtime
-from loopscope.config import load_cell
+from loopscope.config import READS, CellConfig, load_cell
 from loopscope.convergence import fit_probe, trajectory
-from loopscope.errors import DataError, run, write_json
-from loopscope.model import LoopedLM
-from loopscope.params import Params, load_params
+from loopscope.errors import DataError, ParamsError, run, write_json
+from loopscope.model import LoopedLM, ModelConfig, schedule
+from loopscope.params import Params, load_params, resolve_cell
 from loopscope.policies import Policy, Uniform, flops_per_token, make, masked_forward
 from loopscope.report import cell_group, paper_b_backbones
 from loopscope.runs import Windows, trained_runs
+from loopscope.train import objective, optimizer
 
 RULES = ("kl", "latent", "cosine", "probe")
 
@@ -212,17 +230,22 @@ def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, m
     }
 
 
-def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> list[dict]:
-    """Where one runtime scoring call spends its time: the top operators by self CPU
-    time (torch.profiler)."""
-    xb, hb = w.x[:batch], None if w.h0 is None else w.h0[:batch]
-    runtime.score(model, xb, policy, r, hb)
+def top_ops(fn: Callable[[], Any], n: int = 12) -> list[dict]:
+    """Where one call of fn spends its time: the top operators by self CPU time
+    (torch.profiler), after one untimed call."""
+    fn()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        runtime.score(model, xb, policy, r, hb)
+        fn()
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events) or 1
     return [{"op": e.key, "share": e.self_cpu_time_total / total, "calls": e.count}
-            for e in events[:12]]
+            for e in events[:n]]
+
+
+def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> list[dict]:
+    """Where one runtime scoring call spends its time."""
+    xb, hb = w.x[:batch], None if w.h0 is None else w.h0[:batch]
+    return top_ops(lambda: runtime.score(model, xb, policy, r, hb))
 
 
 def exits(params: Params, cell: str | None, repeats: int | None = None) -> dict[str, Any]:
@@ -270,6 +293,127 @@ def exits(params: Params, cell: str | None, repeats: int | None = None) -> dict[
     return result
 
 
+class Reference(nn.Module):
+    """The plain baseline of `bench train`: a LoopedLM's shapes (prelude, shared core
+    applied per loop, coda, tied head) built from torch.nn.TransformerEncoderLayer with
+    a causal mask, and none of loopscope's variants (no adapter, no sandwich)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        def layers(n: int) -> nn.ModuleList:
+            return nn.ModuleList(nn.TransformerEncoderLayer(
+                cfg.d_model, cfg.n_heads, 4 * cfg.d_model, dropout=0.0, activation="gelu",
+                batch_first=True, norm_first=True, bias=False) for _ in range(n))
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos = nn.Embedding(cfg.context, cfg.d_model)
+        self.prelude, self.core, self.coda = (layers(cfg.n_prelude), layers(cfg.n_core),
+                                              layers(cfg.n_coda))
+        self.norm = nn.LayerNorm(cfg.d_model, bias=False)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, idx: torch.Tensor, loops: int, read: str, grad_loops: int
+                ) -> list[torch.Tensor]:
+        """The logits of the loops LoopedLM.forward would read out, same schedule."""
+        t = idx.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t)
+        def run(blocks: nn.ModuleList, h: torch.Tensor) -> torch.Tensor:
+            for block in blocks:
+                h = block(h, src_mask=mask, is_causal=True)
+            return h
+        h = run(self.prelude, self.embed(idx) + self.pos(torch.arange(t)))
+        sched, logits = schedule(loops, read, grad_loops), []
+        for k in range(1, sched.loops + 1):
+            with torch.set_grad_enabled(k > sched.frozen):
+                h = run(self.core, h)
+            if k in sched.read:
+                logits.append(self.head(self.norm(run(self.coda, h))))
+        return logits
+
+
+def step_flops(cfg: ModelConfig, read: str, grad_loops: int) -> float:
+    """FLOPs per token of one training step at the cell's depth (module doc)."""
+    cost = LoopedLM(cfg).cost()
+    sched = schedule(cfg.loops, read, grad_loops)
+    return (3 * (cost.prelude + sched.graph_loops * cost.loop + len(sched.read) * cost.readout)
+            + sched.frozen * cost.loop)
+
+
+def train_jobs(cell: CellConfig) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Two closures, each taking one optimizer step on a fixed random batch: the cell's
+    LoopedLM as loopscope.train steps it, and its Reference."""
+    m, cfg = cell.model, cell.train
+    torch.manual_seed(cfg.seed)
+    x, y = (torch.randint(0, m.vocab_size, (cfg.batch_size, m.context)) for _ in range(2))
+    read = READS[cfg.loss]
+    model, ref = LoopedLM(m).train(), Reference(m).train()
+    opt, ref_opt = optimizer(model, cfg), torch.optim.AdamW(ref.parameters(), lr=cfg.lr)
+
+    def ours() -> None:
+        loss, _ = objective(model(x, read=read, grad_loops=cfg.backprop_loops), y, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+
+    def reference() -> None:
+        logits = ref(x, m.loops, read, cfg.backprop_loops)
+        loss = torch.stack([F.cross_entropy(lg.flatten(0, 1), y.flatten()) for lg in logits])
+        ref_opt.zero_grad(set_to_none=True)
+        loss.mean().backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), cfg.grad_clip)
+        ref_opt.step()
+    return ours, reference
+
+
+def _times(fn: Callable[[], Any], n: int) -> Callable[[], None]:
+    def job() -> None:
+        for _ in range(n):
+            fn()
+    return job
+
+
+def train(params: Params, cells: list[str] | None, steps: int, repeats: int,
+          matmul: int = 2048) -> dict[str, Any]:
+    """The training benchmark (module doc) on `cells` (default: one paper A cell per loss
+    placement and the main backbone, where params.yaml has them)."""
+    default = [c for c in ("terminal_normed", "perloop_normed", "backbone") if c in params.cells]
+    cells = cells or default or list(params.cells)[:1]
+    resolved = [resolve_cell(params, c) for c in cells]  # unknown names fail here
+    torch.set_num_threads(resolved[0].train.threads)
+    a, b = torch.randn(matmul, matmul), torch.randn(matmul, matmul)
+    result: dict[str, Any] = {
+        "steps": steps, "repeats": repeats, "matmul_size": matmul,
+        "machine": {"cpu": platform.processor() or platform.machine(),
+                    "threads": torch.get_num_threads(), "torch": torch.__version__},
+        "cells": {}}
+    for cell in resolved:
+        ours, reference = train_jobs(cell)
+        seconds = interleaved({"ours": _times(ours, steps),
+                               "reference": _times(reference, steps),
+                               "matmul": _times(lambda: a @ b, steps)}, repeats)
+        m, read = cell.model, READS[cell.train.loss]
+        tokens = steps * cell.train.batch_size * m.context
+        flops = step_flops(m, read, cell.train.backprop_loops)
+        ref_flops = step_flops(dataclasses.replace(m, inject="none", ffn="gelu"), read,
+                               cell.train.backprop_loops)
+        mm = steps * 2 * matmul ** 3 / seconds["matmul"] / 1e9
+        gflops = tokens * flops / seconds["ours"] / 1e9
+        ref_gflops = tokens * ref_flops / seconds["reference"] / 1e9
+        result["cells"][cell.cell] = {
+            "loops": m.loops, "loss": cell.train.loss, "flops_per_token": flops,
+            "tokens_per_s": tokens / seconds["ours"], "gflops": gflops,
+            "matmul_gflops": mm, "ratio_to_matmul": gflops / mm,
+            "reference_tokens_per_s": tokens / seconds["reference"],
+            "reference_gflops": ref_gflops, "reference_ratio_to_matmul": ref_gflops / mm}
+        print(f"bench train {cell.cell}: {tokens / seconds['ours']:,.0f} tokens/s, "
+              f"{gflops:.0f} GFLOP/s = {gflops / mm:.2f} of the matmul's {mm:.0f}; "
+              f"reference {tokens / seconds['reference']:,.0f} tokens/s", flush=True)
+    ours, _ = train_jobs(resolved[0])
+    result["profile"] = {"cell": resolved[0].cell, "top_ops": top_ops(ours)}
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="bench", required=True)
@@ -277,8 +421,20 @@ def main(argv: list[str] | None = None) -> None:
     ex.add_argument("--cell", help="a trained cell (default: the main paper B backbone)")
     ex.add_argument("--repeats", type=int, help="timed rounds (default: bench.repeats)")
     ex.add_argument("--out", default=str(paths.bench_file("exits")))
+    tr = sub.add_parser("train", help="training step against the machine's matmul")
+    tr.add_argument("--cells", nargs="+", help="cells of params.yaml (default: "
+                    "terminal_normed, perloop_normed, backbone)")
+    tr.add_argument("--steps", type=int, default=10, help="optimizer steps per round")
+    tr.add_argument("--repeats", type=int, default=5, help="timed rounds, interleaved")
+    tr.add_argument("--out", default=str(paths.bench_file("train")))
     args = parser.parse_args(argv)
     params = load_params()
+    if args.bench == "train":
+        if args.steps < 1 or args.repeats < 1:
+            raise ParamsError("--steps and --repeats must be >= 1.")
+        write_json(args.out, train(params, args.cells, args.steps, args.repeats))
+        print(f"bench train -> {args.out}")
+        return
     result = exits(params, args.cell, args.repeats)
     write_json(args.out, result)
     s = result["scoring"]

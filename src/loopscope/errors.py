@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -130,10 +131,36 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
+def peak_memory() -> int:
+    """Peak resident memory in bytes of this process or any child it waited for (a
+    report's notebook kernel), whichever is larger (Linux reports ru_maxrss in KiB)."""
+    import resource  # POSIX only, so imported where it is used
+    return 1024 * max(resource.getrusage(who).ru_maxrss
+                      for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
+def process_seconds(since: float) -> float:
+    """Seconds since this process started (imports included; Linux's /proc), else
+    since the perf_counter reading `since`."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter() - since
+
+
 def run(main: Callable[[], None]) -> None:
-    """Run a stage's main; print expected errors as one clear line and exit 1."""
+    """Run a stage's main; print expected errors as one clear line and exit 1. On
+    success, end with the stage's wall time and peak memory, the figures README's
+    stage table is measured from."""
+    start = time.perf_counter()
     try:
         main()
+        name = " ".join([Path(sys.argv[0]).stem, *sys.argv[1:]])
+        sys.stdout.flush()
+        print(f"{name}: {process_seconds(start):.1f} s, peak memory "
+              f"{format_bytes(peak_memory())}", file=sys.stderr, flush=True)
     except LoopscopeError as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # a full disk or a read-only path, named by the OS error

@@ -16,6 +16,7 @@ stages.
     metrics/train_timings/<cell>.json   the training runs' wall times (vary between runs)
     metrics/headline.json            the few numbers `dvc exp show` should list
     tables/<kind>/<cell>.parquet     per-token or per-setting tables the reports draw
+    tables/plots/<name>.csv          long tables across cells for `dvc plots` (loopscope.plots)
     metrics/bench/<name>.json        benchmark timings (python -m loopscope.bench)
     reports/<name>.ipynb             report templates; reports/html/<name>.html rendered
 """
@@ -35,6 +36,7 @@ METRICS = Path("metrics")
 HEADLINE = METRICS / "headline.json"
 TABLES = Path("tables")
 BENCH = METRICS / "bench"
+PLOTS = TABLES / "plots"
 # The metrics kind of the training runs' wall times: kept out of metrics/train/ and the
 # model files, which are then byte-identical for the same params.
 TRAIN_TIMINGS = "train_timings"
@@ -91,6 +93,10 @@ def metrics_file(kind: str, cell: str) -> Path:
 
 def table_file(kind: str, cell: str) -> Path:
     return TABLES / kind / f"{cell}.parquet"
+
+
+def plot_table(name: str) -> Path:
+    return PLOTS / f"{name}.csv"
 
 
 def bench_file(name: str) -> Path:

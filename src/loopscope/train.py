@@ -122,7 +122,7 @@ def _log(live: Any, row: dict[str, float]) -> None:
     live.next_step()
 
 
-def _optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
+def optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on gains and biases)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -238,7 +238,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     torch.set_num_threads(cfg.threads)
     model = LoopedLM(cell.model)
     model.train()
-    opt = _optimizer(model, cfg)
+    opt = optimizer(model, cfg)
     batches = Batches(train_tokens, cell.model.context, cfg.batch_size, cfg.seed, cfg.stride)
     depth = sampler(cfg, cell.model.loops)
     first, spent, history, loss_value = 0, 0.0, [], float("nan")
