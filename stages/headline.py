@@ -8,26 +8,18 @@ quality (paper B, the cells of policies.cells; null where no threshold matched o
 the policies were not swept).
 """
 
-import json
-
 from loopscope import paths
-from loopscope.errors import DataError, run, write_json
+from loopscope.errors import run, write_json
 from loopscope.params import load_params, resolve_cell
-
-
-def read(kind: str, cell: str) -> dict:
-    path = paths.metrics_file(kind, cell)
-    if not path.is_file():
-        raise DataError(f"{path}: not found; run `dvc repro {kind}@{cell}`.")
-    return json.loads(path.read_text())
+from loopscope.plots import read_metrics
 
 
 def main() -> None:
     params = load_params()
     rows = {}
     for name in params.cells:
-        diag = read("diagnose", name)
-        pol = read("policies", name) if name in params.policies.cells else {}
+        diag = read_metrics("diagnose", name)
+        pol = read_metrics("policies", name) if name in params.policies.cells else {}
         last = f"k{resolve_cell(params, name).model.loops}"
         a1 = pol["kl"] if pol.get("kl", {}).get("matched") else {}
         rows[name] = {"norm_final": diag["norm_mean"][last],

@@ -17,6 +17,7 @@ are copied from the metrics files and tables the stages wrote: nothing is recomp
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -27,11 +28,15 @@ from loopscope.errors import DataError
 NAMES = ("norm", "ppl", "radial", "convergence", "frontier")
 
 
-def _metrics(kind: str, cell: str) -> dict[str, Any]:
-    path = paths.metrics_file(kind, cell)
+def _require(path: Path, stage: str) -> Path:
     if not path.is_file():
-        raise DataError(f"{path}: not found; run `dvc repro {kind}@{cell}` first.")
-    return json.loads(path.read_text())
+        raise DataError(f"{path}: not found; run `dvc repro {stage}` first.")
+    return path
+
+
+def read_metrics(kind: str, cell: str) -> dict[str, Any]:
+    """A cell's metrics file of one kind, or a DataError naming the stage to run."""
+    return json.loads(_require(paths.metrics_file(kind, cell), f"{kind}@{cell}").read_text())
 
 
 def _per_loop(cell: str, column: str, values: dict[str, float], x: str = "loop"
@@ -45,7 +50,7 @@ def tables(cells: list[str], policy_cells: list[str]) -> dict[str, pd.DataFrame]
     """The five long tables (module doc) from the stages' outputs."""
     rows: dict[str, list[dict[str, Any]]] = {n: [] for n in NAMES}
     for cell in cells:
-        diag, conv = _metrics("diagnose", cell), _metrics("convergence", cell)
+        diag, conv = read_metrics("diagnose", cell), read_metrics("convergence", cell)
         rows["norm"] += _per_loop(cell, "norm", diag["norm_mean"])
         rows["ppl"] += _per_loop(cell, "ppl", diag["ppl_at_depth"], x="depth")
         rows["radial"] += _per_loop(cell, "radial_fraction", diag["radial_fraction"])
@@ -54,9 +59,7 @@ def tables(cells: list[str], policy_cells: list[str]) -> dict[str, pd.DataFrame]
             per_loop[key] = pd.Series({int(k[1:]): v for k, v in conv[key].items()})
         rows["convergence"] += per_loop.reset_index().to_dict("records")
     for cell in policy_cells:
-        path = paths.table_file("policies", cell)
-        if not path.is_file():
-            raise DataError(f"{path}: not found; run `dvc repro policies@{cell}` first.")
+        path = _require(paths.table_file("policies", cell), f"policies@{cell}")
         frontier = pd.read_parquet(path).query("set == 'report'")
         for rec in frontier.to_dict("records"):
             rows["frontier"].append({"series": f"{cell} {rec['rule']}", "rule": rec["rule"],
