@@ -80,6 +80,7 @@ def main() -> None:
         print(f"train {name}: starting {cell.train.processes} processes (torchrun)", flush=True)
         os.execv(sys.executable, args)
     init_distributed(cell.train)
+    memory.tune_heap("train")
     rank = world()[0]
     tokens = torch.from_numpy(load_tokens(paths.PREPARED, "train"))
     runs, timings = {}, {}

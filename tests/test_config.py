@@ -75,7 +75,7 @@ def test_shipped_params_are_valid():
      r"unknown key 'train.chekpoint_every'. Did you mean 'checkpoint_every'\?"),
     ("model", 3, r"'model' must be a mapping of keys to values, got 3"),
     ("train.warmup_steps", 900, r"'train.warmup_steps' is 900; it must be at most train.steps"),
-    ("train.epochs", 4, r"'train.steps' is 500; it must be 0 when train.epochs is set"),
+    ("train.epochs", 4, r"'train.steps' is 400; it must be 0 when train.epochs is set"),
     ("train.steps", 0, r"'train.steps' is 0; it must be >= 1 \(or 0 with train.epochs > 0\)"),
     ("train.depth", "random", r"'train.depth' is 'random'; allowed values: fixed, lognormal"),
     ("train.depth_sigma", 0, r"'train.depth_sigma' is 0.0; it must be > 0"),

@@ -13,6 +13,7 @@ from loopscope.diagnostics import (
     clamp_effect,
     clamp_hook,
     decompose_update,
+    depth_sweep,
     load_extract,
     norm_stats,
     radial_fraction,
@@ -88,10 +89,22 @@ def test_clamp_keeps_direction_and_sets_norm():
 def test_clamp_effect_on_a_model_with_inter_loop_norm_is_nil():
     # with inter-loop norm every H_k already has the loop-1 scale: the clamp changes nothing
     x, y = data()
-    result = clamp_effect(model(inter_loop_norm=True), x, y, batch_size=4)
-    assert all(abs(v) < 1e-5 for v in result["delta_ce"].values())
-    result = clamp_effect(model(readout="raw"), x, y, batch_size=4)
-    assert abs(result["delta_ce"]["k3"]) > 1e-6
+    for m, changes in ((model(inter_loop_norm=True), False), (model(readout="raw"), True)):
+        unclamped = depth_sweep(m, x, y, batch_size=4)["ce_readout"]
+        result = clamp_effect(m, x, y, 4, unclamped)
+        assert result["ce_readout"]["k3"] == unclamped[2]
+        assert (abs(result["delta_ce"]["k3"]) > 1e-6) == changes
+        assert all(abs(v) < 1e-5 for v in result["delta_ce"].values()) != changes
+
+
+def test_depth_sweep_reads_final_norm_both_ways():
+    # a final_norm readout is raw before the last loop in training, normed as a last loop
+    x, y = data()
+    normed = depth_sweep(model(), x, y, batch_size=4)
+    assert normed["ce_at_depth"] == normed["ce_readout"]
+    both = depth_sweep(model(readout="final_norm"), x, y, batch_size=4)
+    assert both["ce_at_depth"][2] == both["ce_readout"][2]  # the last loop: the same read
+    assert both["ce_at_depth"][0] != both["ce_readout"][0]
 
 
 def test_extract_round_trips(tmp_path):

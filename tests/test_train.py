@@ -8,7 +8,7 @@ from conftest import tiny_corpus as corpus
 
 from loopscope.checkpoint import load_model, save_model
 from loopscope.config import TrainConfig
-from loopscope.diagnostics import diagnose
+from loopscope.diagnostics import diagnose, write_extract
 from loopscope.errors import CheckpointError, DivergenceError
 from loopscope.model import LoopedLM
 from loopscope.train import lr_at, objective, train_cell
@@ -63,11 +63,13 @@ def test_checkpoint_round_trip_and_corruption(tmp_path):
         load_model(tmp_path / "none.pt")
 
 
-def test_diagnose_metrics_shape():
+def test_diagnose_metrics_shape(tmp_path):
     model, _ = train_cell(cell(steps=3), corpus())
     x = corpus()[:16 * 8].view(8, 16)
     y = corpus()[1:16 * 8 + 1].view(8, 16)
-    metrics = diagnose(model, x, y, batch_size=4)
+    ext = write_extract(model, x, y, 4, tmp_path / "c", "c")
+    metrics = diagnose(model, x, y, 4, ext)
     assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
     assert all(v > 1 for v in metrics["ppl_at_depth"].values())
     assert metrics["norm_mean"]["k1"] > 0
+    assert metrics["ce_readout"] == metrics["ce_at_depth"]  # a normed readout

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import platform
 import statistics
 import time
@@ -52,16 +51,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from loopscope import paths, runtime
+from loopscope import memory, paths, runtime
 from loopscope.config import READS, CellConfig, load_cell
 from loopscope.convergence import fit_probe, trajectory
 from loopscope.errors import DataError, ParamsError, run, write_json
 from loopscope.model import LoopedLM, ModelConfig, schedule
+from loopscope.model import cost as model_cost
 from loopscope.params import Params, load_params, resolve_cell
+from loopscope.plots import read_metrics
 from loopscope.policies import Policy, Uniform, flops_per_token, make, masked_forward
 from loopscope.report import cell_group, paper_b_backbones
 from loopscope.runs import Windows, trained_runs
-from loopscope.train import objective, optimizer
+from loopscope.train import objective, optimizer, update
 
 RULES = ("kl", "latent", "cosine", "probe")
 
@@ -256,10 +257,7 @@ def exits(params: Params, cell: str | None, repeats: int | None = None) -> dict[
                                      if cell_group(v) == "paper B backbone"})
         if cell is None:
             raise DataError("no paper B backbone in params.yaml; pass --cell.")
-    metrics_path = paths.metrics_file("policies", cell)
-    if not metrics_path.is_file():
-        raise DataError(f"{metrics_path}: not found; run `dvc repro policies@{cell}` first.")
-    metrics = json.loads(metrics_path.read_text())
+    metrics = read_metrics("policies", cell)
     r, m = metrics["reference_depth"], metrics["uniform"]["matched_depth"]
     repeats = repeats or params.bench.repeats
     tokens = min(params.bench.decode_tokens, load_cell(paths.config_file(cell)).model.context)
@@ -333,7 +331,7 @@ class Reference(nn.Module):
 
 def step_flops(cfg: ModelConfig, read: str, grad_loops: int) -> float:
     """FLOPs per token of one training step at the cell's depth (module doc)."""
-    cost = LoopedLM(cfg).cost()
+    cost = model_cost(cfg)
     sched = schedule(cfg.loops, read, grad_loops)
     return (3 * (cost.prelude + sched.graph_loops * cost.loop + len(sched.read) * cost.readout)
             + sched.frozen * cost.loop)
@@ -351,18 +349,12 @@ def train_jobs(cell: CellConfig) -> tuple[Callable[[], None], Callable[[], None]
 
     def ours() -> None:
         loss, _ = objective(model(x, read=read, grad_loops=cfg.backprop_loops), y, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        update(model, opt, loss, cfg.grad_clip)
 
     def reference() -> None:
         logits = ref(x, m.loops, read, cfg.backprop_loops)
         loss = torch.stack([F.cross_entropy(lg.flatten(0, 1), y.flatten()) for lg in logits])
-        ref_opt.zero_grad(set_to_none=True)
-        loss.mean().backward()
-        torch.nn.utils.clip_grad_norm_(ref.parameters(), cfg.grad_clip)
-        ref_opt.step()
+        update(ref, ref_opt, loss.mean(), cfg.grad_clip)
     return ours, reference
 
 
@@ -381,6 +373,7 @@ def train(params: Params, cells: list[str] | None, steps: int, repeats: int,
     cells = cells or default or list(params.cells)[:1]
     resolved = [resolve_cell(params, c) for c in cells]  # unknown names fail here
     torch.set_num_threads(resolved[0].train.threads)
+    memory.tune_heap("train")  # as the train stage runs
     a, b = torch.randn(matmul, matmul), torch.randn(matmul, matmul)
     result: dict[str, Any] = {
         "steps": steps, "repeats": repeats, "matmul_size": matmul,

@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from loopscope.errors import DataError, atomic_write_bytes, require_disk
-from loopscope.model import LoopedLM, loop_ce
+from loopscope.model import LoopedLM, LoopHook, loop_ce
 
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
 TABLE_ROW_BYTES = 22  # tokens.parquet, one row uncompressed: four int32, an int16, a float
@@ -240,26 +240,30 @@ def update_metrics(ext: Extract) -> dict[str, dict[str, float]]:
 
 @torch.no_grad()
 def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                loops: int | None = None, h0: torch.Tensor | None = None
-                ) -> tuple[list[float], np.ndarray]:
-    """Cross-entropy at inference depth K = 1..loops, and per-token norms per loop.
+                h0: torch.Tensor | None = None, hook: LoopHook | None = None
+                ) -> dict[str, list[float]]:
+    """Cross-entropy at every loop k = 1..K (the training depth), read two ways:
+    ce_at_depth, H_k read out as a last loop (inference stopped at depth k); and
+    ce_readout, H_k through the readout loop k had in training (they differ only for a
+    final_norm readout before the last loop). hook: applied to every state (the clamp).
 
-    The state after loop K does not depend on later loops, so one pass to the deepest
-    loop gives every depth: the depth-K prediction is H_K read out as a last loop.
-    Returns (ce per K, norms of shape (loops, tokens)).
+    The state after loop k does not depend on later loops, so one pass to the deepest
+    loop gives every depth.
     """
-    loops = loops or model.cfg.loops
+    loops = model.cfg.loops
+    own = model.cfg.readout == "final_norm"  # else the two reads are the same logits
     model.eval()
-    ce_sum = torch.zeros(loops, dtype=torch.float64, device=x.device)
-    norms: list[list[torch.Tensor]] = [[] for _ in range(loops)]
+    sums = torch.zeros(2, loops, dtype=torch.float64, device=x.device)
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        out = model(xb, loops=loops, read="none", h0=_rows(h0, i, batch_size))
+        out = model(xb, hook=hook, read="none", h0=_rows(h0, i, batch_size))
         for k, h in enumerate(out.states):
-            ce_sum[k] += loop_ce(model.read(h, last=True), yb).double() * yb.numel()
-            norms[k].append(h.float().norm(dim=-1).flatten())
-    ce = (ce_sum / y.numel()).tolist()
-    return ce, _numpy(torch.stack([torch.cat(n) for n in norms]))
+            as_last = loop_ce(model.read(h, last=True), yb).double()
+            in_training = (loop_ce(model.read(h, last=k == loops - 1), yb).double()
+                           if own else as_last)
+            sums[:, k] += torch.stack([as_last, in_training]) * yb.numel()
+    ce = (sums / y.numel()).tolist()
+    return {"ce_at_depth": ce[0], "ce_readout": ce[1]}
 
 
 @torch.no_grad()
@@ -300,49 +304,40 @@ def clamp_hook(reference: dict[str, torch.Tensor]):
     return hook
 
 
-@torch.no_grad()
 def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                 h0: torch.Tensor | None = None) -> dict[str, dict[str, float]]:
-    """CE of each loop's own readout (intermediate before the last loop) with and
-    without the scale clamp, and their difference: metrics/clamp's ce_readout,
-    ce_readout_clamped and delta_ce."""
-    loops = model.cfg.loops
-    names = ("ce_readout", "ce_readout_clamped")
-    sums = {n: torch.zeros(loops, dtype=torch.float64, device=x.device) for n in names}
-    for i in range(0, len(x), batch_size):
-        xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        for name, hook in zip(names, (None, clamp_hook({})), strict=True):
-            out = model(xb, hook=hook, read="none", h0=_rows(h0, i, batch_size))
-            for k, h in enumerate(out.states):
-                ce = loop_ce(model.read(h, last=k == loops - 1), yb).double()
-                sums[name][k] += ce * yb.numel()
-    result: dict[str, dict[str, float]] = {n: {} for n in (*names, "delta_ce")}
-    for k in range(loops):
-        ce, clamped = (sums[n][k].item() / y.numel() for n in names)
-        result["ce_readout"][f"k{k + 1}"] = ce
-        result["ce_readout_clamped"][f"k{k + 1}"] = clamped
-        result["delta_ce"][f"k{k + 1}"] = clamped - ce
+                 ce_readout: list[float], h0: torch.Tensor | None = None
+                 ) -> dict[str, dict[str, float]]:
+    """CE of each loop's own readout with the scale clamp, against ce_readout without it
+    (depth_sweep's, which diagnose already measured on the same windows), and their
+    difference: metrics/clamp's ce_readout, ce_readout_clamped and delta_ce."""
+    clamped = depth_sweep(model, x, y, batch_size, h0, clamp_hook({}))["ce_readout"]
+    result: dict[str, dict[str, float]] = {
+        "ce_readout": {}, "ce_readout_clamped": {}, "delta_ce": {}}
+    for k, (ce, ce_clamped) in enumerate(zip(ce_readout, clamped, strict=True), 1):
+        result["ce_readout"][f"k{k}"] = ce
+        result["ce_readout_clamped"][f"k{k}"] = ce_clamped
+        result["delta_ce"][f"k{k}"] = ce_clamped - ce
     return result
 
 
 def diagnose(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-             ext: Extract | None = None, h0: torch.Tensor | None = None
-             ) -> dict[str, dict[str, float]]:
-    """The per-cell metrics JSON: for each loop or depth k, norm statistics, CE and
-    perplexity, and (given an extract) radial fraction and update decomposition.
+             ext: Extract, h0: torch.Tensor | None = None) -> dict[str, dict[str, float]]:
+    """The per-cell metrics JSON: for each loop or depth k, CE and perplexity (on x, y),
+    and from the extract the norm statistics, radial fraction and update decomposition.
 
     Keys are flat and named by loop (e.g. norm_mean.k4, ppl_at_depth.k1) so
     `dvc metrics show` and `dvc exp show` list them as columns; README lists them all.
     """
-    ce, norms = depth_sweep(model, x, y, batch_size, h0=h0)
-    metrics: dict[str, dict[str, float]] = {"ce_at_depth": {}, "ppl_at_depth": {}}
-    for k in range(1, len(ce) + 1):
-        metrics["ce_at_depth"][f"k{k}"] = ce[k - 1]
-        metrics["ppl_at_depth"][f"k{k}"] = math.exp(ce[k - 1])
-        for name, value in norm_stats(norms[k - 1]).items():
+    metrics: dict[str, dict[str, float]] = {"ppl_at_depth": {}}
+    for name, ce in depth_sweep(model, x, y, batch_size, h0).items():
+        metrics[name] = {f"k{k}": v for k, v in enumerate(ce, 1)}
+    for key, ce in metrics["ce_at_depth"].items():
+        metrics["ppl_at_depth"][key] = math.exp(ce)
+    norms = ext.table.groupby("loop")["norm"]
+    for k, group in norms:
+        for name, value in norm_stats(group.to_numpy(np.float64)).items():
             metrics.setdefault(f"norm_{name}", {})[f"k{k}"] = value
-    if ext is not None:
-        metrics["radial_fraction"] = {f"k{k}": v for k, v in
-                                      enumerate(radial_fractions(model, ext), 1)}
-        metrics.update(update_metrics(ext))
+    metrics["radial_fraction"] = {f"k{k}": v for k, v in
+                                  enumerate(radial_fractions(model, ext), 1)}
+    metrics.update(update_metrics(ext))
     return metrics

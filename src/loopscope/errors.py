@@ -86,6 +86,13 @@ def require_disk(needs: dict[Path, int], todo: str) -> None:
                 f"space, but its file system has {format_bytes(free)} free. {todo}")
 
 
+def require_output(path: Path, stage: str) -> Path:
+    """path, or a DataError naming the stage that writes it."""
+    if not path.is_file():
+        raise DataError(f"{path}: not found; run `dvc repro {stage}` first.")
+    return path
+
+
 def temp_path(path: Path) -> Path:
     """The hidden sibling that atomic_write_bytes writes before renaming it to path."""
     return path.with_name(f".{path.name}.tmp")

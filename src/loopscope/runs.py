@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from loopscope import compute, paths
+from loopscope import compute, memory, paths
 from loopscope.checkpoint import load_model
 from loopscope.config import CellConfig
 from loopscope.data import (
@@ -94,13 +94,16 @@ def initial_states(model: LoopedLM, starts: np.ndarray, seed: int) -> Tensor | N
         rows.append(model.initial_state(torch.empty(shape), gen))
     return torch.cat(rows).to(weight.device)
 
+
 def trained_runs(name: str, val_sequences: int = 1) -> Iterator[Run]:
     """Each trained run of cell `name`, with the first val_sequences validation windows
     as data (the same for every cell and seed).
 
     Seeds torch with the run's seed before yielding; a noise initial state comes from
-    initial_states, the same in every stage for the same window.
+    initial_states, the same in every stage for the same window. Bounds the heap first
+    (memory.tune_heap): every measuring stage starts here.
     """
+    memory.tune_heap("measure")
     files = paths.run_files(name)
     if not files:
         raise CheckpointError(f"{paths.model_dir(name)}/: no trained runs; run "

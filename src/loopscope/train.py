@@ -205,6 +205,15 @@ def target_entropy(y: torch.Tensor, vocab: int, device: torch.device) -> float:
     return float(-(p * p.log()).sum())
 
 
+def update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor,
+           grad_clip: float) -> None:
+    """One optimizer step on a loss: gradients, clipped to grad_clip in global norm."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+
+
 def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
                resume: Path | None = None) -> tuple[LoopedLM, dict[str, Any]]:
     """Train one cell; returns the model (on the CPU) and a summary of the run.
@@ -285,10 +294,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             raise DivergenceError(
                 f"cell '{cell.cell}': loss is {loss_value} at step {step} (lr {lr:.3g}); "
                 "lower train.lr or raise train.warmup_steps. No model was saved.")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        update(model, opt, loss, cfg.grad_clip)
         tok_s = tokens_per_step * (step + 1 - first) / (time.perf_counter() - start)
         bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tok_s:,.0f}", refresh=False)
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
