@@ -375,8 +375,9 @@ def tune_heap(work: Literal["train", "measure"]) -> None:
     13-16% more tokens/s on this project's 2-core CPU, at the same peak). measure:
     measurement loops allocate tensors of many sizes, which fragment a heap that keeps
     them (a convergence stage needing 0.6 GiB peaked anywhere from 2 to 4.7 GiB), so
-    give every block from 4 MiB up its own pages (the peak stays near the working set,
-    at the same speed).
+    give every block from 4 MiB up its own pages: the peak stays near the working set,
+    at the same speed for convergence and about 20% slower for diagnose (its page
+    faults), a few seconds per cell.
     """
     name = ctypes.util.find_library("c")
     libc = ctypes.CDLL(name) if name else None
