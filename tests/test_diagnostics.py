@@ -9,6 +9,7 @@ import torch
 from conftest import tiny_model as model
 
 from loopscope.diagnostics import (
+    Timed,
     angular_step,
     clamp_effect,
     clamp_hook,
@@ -18,6 +19,7 @@ from loopscope.diagnostics import (
     norm_stats,
     radial_fraction,
     radial_fractions,
+    throughput,
     update_metrics,
     write_extract,
 )
@@ -148,3 +150,12 @@ def test_norm_stats_tail():
     stats = norm_stats(norms)
     assert stats["median"] == 1.0 and stats["max"] == 100.0
     assert stats["share_above_10x_median"] == pytest.approx(0.005)
+
+
+def test_throughput_times_every_cell_at_every_depth():
+    x, _ = data()
+    jobs = {"a": Timed(model(), x, 3), "b": Timed(model(readout="raw"), x[:2], 2)}
+    speeds = throughput(jobs, batch_size=4, rounds=3)
+    assert set(speeds) == {"a", "b"}
+    assert set(speeds["a"]) == {"k1", "k2", "k3"} and set(speeds["b"]) == {"k1", "k2"}
+    assert all(v > 0 for cell in speeds.values() for v in cell.values())

@@ -11,10 +11,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,24 +269,49 @@ def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: i
     return {"ce_at_depth": ce[0], "ce_readout": ce[1]}
 
 
-@torch.no_grad()
-def throughput(model: LoopedLM, x: torch.Tensor, batch_size: int, loops: int,
-               repeats: int = 3, h0: torch.Tensor | None = None) -> float:
-    """Inference tokens/s at depth `loops` (best of `repeats` timed passes over x).
+@dataclass
+class Timed:
+    """A model to time at inference depths 1..loops over windows x (h0: their initial
+    states, None for an embedding state)."""
 
-    A timing: compare cells measured in the same run, not across machines.
+    model: LoopedLM
+    x: torch.Tensor
+    loops: int
+    h0: torch.Tensor | None = None
+    autocast: Callable[[], AbstractContextManager] = contextlib.nullcontext  # the run's
+
+
+@torch.no_grad()
+def throughput(jobs: dict[str, Timed], batch_size: int, rounds: int = 3
+               ) -> dict[str, dict[str, float]]:
+    """Inference tokens/s of every job at every depth k = 1..loops: {name: {"kK": v}}.
+
+    Every (job, depth) pass over its windows is timed once per round, in the same order
+    in every round, and the median over rounds is reported, so all cells are measured
+    under the same machine load, close together in time. (Timed in separate processes
+    at different moments, identical architectures spread over 36k-46k tokens/s.)
+    A timing: compare within one run, not across machines.
     """
-    model.eval()
-    model(x[:batch_size], loops=loops, read="last", h0=_rows(h0, 0, batch_size))  # warm-up
-    best = math.inf
-    for _ in range(repeats):
-        _sync(x.device)
-        start = time.perf_counter()
-        for i in range(0, len(x), batch_size):
-            model(x[i:i + batch_size], loops=loops, read="last", h0=_rows(h0, i, batch_size))
-        _sync(x.device)
-        best = min(best, time.perf_counter() - start)
-    return x.numel() / best
+    def one_pass(job: Timed, loops: int, n: int) -> None:
+        with job.autocast():
+            for i in range(0, n, batch_size):
+                job.model(job.x[i:i + batch_size], loops=loops, read="last",
+                          h0=_rows(job.h0, i, batch_size))
+
+    for job in jobs.values():
+        job.model.eval()
+        one_pass(job, job.loops, batch_size)  # warm-up
+    times: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for name, job in jobs.items():
+            for loops in range(1, job.loops + 1):
+                _sync(job.x.device)
+                start = time.perf_counter()
+                one_pass(job, loops, len(job.x))
+                _sync(job.x.device)
+                times.setdefault((name, loops), []).append(time.perf_counter() - start)
+    return {name: {f"k{k}": job.x.numel() / float(np.median(times[name, k]))
+                   for k in range(1, job.loops + 1)} for name, job in jobs.items()}
 
 
 def _sync(device: torch.device) -> None:

@@ -1,0 +1,36 @@
+"""Stage throughput: inference tokens/s of every cell at every depth K = 1..K_train,
+all cells timed in this one process, interleaved over diagnose.timing_repeats rounds,
+median; and forward FLOPs per token beside it (the frontier's cost axis).
+
+Writes metrics/throughput/<cell>.json. A timing (it varies from run to run), so it is
+kept apart from the reproducible metrics; the first seed's model of each cell is timed
+(every seed has the same architecture, so the same cost).
+"""
+
+from loopscope import paths
+from loopscope.diagnostics import Timed, throughput
+from loopscope.errors import run, write_json
+from loopscope.params import load_params
+from loopscope.runs import trained_runs
+
+
+def main() -> None:
+    params = load_params()
+    jobs, flops = {}, {}
+    for name in params.cells:
+        r = next(trained_runs(name, params.diagnose.val_sequences))
+        jobs[name] = Timed(r.model, r.x, r.cell.model.loops, r.h0, r.compute.autocast)
+        cost = r.model.cost()
+        flops[name] = {f"k{k}": cost.uniform(k) for k in range(1, r.cell.model.loops + 1)}
+    print(f"throughput: timing {len(jobs)} cells, {params.diagnose.timing_repeats} "
+          "interleaved rounds", flush=True)
+    speeds = throughput(jobs, params.diagnose.batch_size, params.diagnose.timing_repeats)
+    for name, speed in speeds.items():
+        write_json(paths.metrics_file("throughput", name),
+                   {"tokens_per_s": speed, "flops_per_token": flops[name]})
+        last = f"k{jobs[name].loops}"
+        print(f"throughput {name}: {speed[last]:,.0f} tokens/s at K = {jobs[name].loops}")
+
+
+if __name__ == "__main__":
+    run(main)
