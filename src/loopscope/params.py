@@ -66,7 +66,8 @@ class DiagnoseConfig:
 
     val_sequences: int = 64
     batch_size: int = 16
-    timing_repeats: int = 3  # tokens/s at each depth: best of this many passes
+    timing_repeats: int = 3  # throughput: rounds (every cell and depth once); median
+    timing_windows: int = 32  # throughput: the first this many of the windows are timed
 
 
 @dataclass
@@ -288,6 +289,7 @@ def _check_ranges(section: str, obj: Any) -> None:
         req("batch_size", obj.batch_size >= 1, ">= 1")
         if isinstance(obj, DiagnoseConfig):
             req("timing_repeats", obj.timing_repeats >= 1, ">= 1")
+            req("timing_windows", obj.timing_windows >= 1, ">= 1")
     elif isinstance(obj, ConvergenceConfig):
         req("depth_factor", obj.depth_factor >= 1, ">= 1")
         req("epsilon", obj.epsilon > 0, "> 0")
