@@ -159,3 +159,24 @@ def test_throughput_times_every_cell_at_every_depth():
     assert set(speeds) == {"a", "b"}
     assert set(speeds["a"]) == {"k1", "k2", "k3"} and set(speeds["b"]) == {"k1", "k2"}
     assert all(v > 0 for cell in speeds.values() for v in cell.values())
+
+
+def test_throughput_interleaves_cells_within_each_round():
+    # every (cell, depth) pass once per round, all cells in a round before the next
+    # round starts: cells are timed under the same load, close together in time
+    calls = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self, name: str, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.name, self.inner, self.cfg = name, inner, inner.cfg
+
+        def forward(self, x, loops, read, h0=None):
+            calls.append((self.name, loops))
+            return self.inner(x, loops=loops, read=read, h0=h0)
+
+    x, _ = data(4)
+    jobs = {n: Timed(Recorder(n, model()), x, 2) for n in ("a", "b")}
+    throughput(jobs, batch_size=4, rounds=2)
+    timed = calls[2:]  # after one warm-up call per cell
+    assert timed == [("a", 1), ("a", 2), ("b", 1), ("b", 2)] * 2
