@@ -1,34 +1,59 @@
-"""Stage clamp@<cell>: rescale every H_k to its loop-1 magnitude (direction kept) and
-measure the change in cross-entropy per loop (mean over the cell's seeds), against the
-unclamped cross-entropy diagnose@<cell> measured on the same windows."""
+"""Stage clamp@<cell>: the recurrent scale clamp in the reference's two modes
+(freeze_loop1: every H_k rescaled to its loop-1 magnitude, direction kept;
+remove_radial: each loop's update loses its component along the previous state), and
+the change in cross-entropy per loop through each loop's own readout, token by token
+against the unclamped CE that diagnose@<cell> measured on the same windows and seeds.
+
+metrics/clamp/<cell>.json: per mode, delta_ce per loop (pooled over seeds) and at the
+last loop its 95% interval from resampling documents (diagnose.bootstrap).
+"""
 
 import sys
 
+import numpy as np
+import pandas as pd
+
 from loopscope import memory, paths
-from loopscope.diagnostics import clamp_effect
-from loopscope.errors import run, write_json
+from loopscope.claims import bootstrap_mean
+from loopscope.diagnostics import CLAMP_MODES, clamped_ce
+from loopscope.errors import DataError, require_output, run, write_json
 from loopscope.params import load_params
-from loopscope.plots import read_metrics
-from loopscope.runs import mean_over_runs, trained_runs
+from loopscope.runs import trained_runs
 
 
 def main() -> None:
     name = sys.argv[1]
-    params = load_params()
-    unclamped = read_metrics("diagnose", name)["ce_readout"]  # mean over the seeds
-    ce_readout = [unclamped[k] for k in sorted(unclamped, key=lambda k: int(k[1:]))]
-    results = []
-    for r in trained_runs(name, params.diagnose.val_sequences):
-        memory.check_forward(r.cell, r.compute, params.diagnose.batch_size,
-                             "diagnose.batch_size", "clamp")
-        with r.compute.autocast():
-            results.append(clamp_effect(r.model, r.x, r.y, params.diagnose.batch_size,
-                                        ce_readout, r.h0))
-    result = mean_over_runs(results)
+    params = load_params().diagnose
+    tokens = pd.read_parquet(require_output(paths.table_file("diagnose", name),
+                                            f"diagnose@{name}"))
+    deltas: dict[str, list[np.ndarray]] = {mode: [] for mode in CLAMP_MODES}
+    docs = []
+    for r in trained_runs(name, params.val_sequences):
+        memory.check_forward(r.cell, r.compute, params.batch_size, "diagnose.batch_size",
+                             "clamp", reads=False)
+        mine = tokens[tokens["seed"] == r.cell.train.seed]
+        loops = r.cell.model.loops
+        if len(mine) != r.y.numel() or not np.array_equal(mine["doc"], r.token_docs()):
+            raise DataError(f"{paths.table_file('diagnose', name)}: its seed "
+                            f"{r.cell.train.seed} tokens are not this stage's windows; rerun "
+                            f"`dvc repro diagnose@{name}`.")
+        unclamped = np.stack([mine[f"ce_{k}"].to_numpy() for k in range(1, loops + 1)])
+        for mode in CLAMP_MODES:
+            with r.compute.autocast():
+                deltas[mode].append(clamped_ce(r.model, r.x, r.y, params.batch_size, mode,
+                                               r.h0) - unclamped)
+        docs.append(r.token_docs())
+    doc = np.concatenate(docs)
+    result = {}
+    for mode, parts in deltas.items():
+        delta = np.concatenate(parts, axis=1)
+        result[mode] = {"delta_ce": {f"k{k}": float(v) for k, v in
+                                     enumerate(delta.mean(axis=1), 1)},
+                        "delta_ce_last": bootstrap_mean(delta[-1], doc,
+                                                        params.bootstrap).to_dict()}
     write_json(paths.metrics_file("clamp", name), result)
-    last = max(result["ce_readout"], key=lambda k: int(k[1:]))
-    print(f"clamp {name}: final-loop CE {result['ce_readout'][last]:.4f} -> "
-          f"{result['ce_readout_clamped'][last]:.4f} (delta {result['delta_ce'][last]:+.4f})")
+    print(f"clamp {name}: final-loop delta CE " + ", ".join(
+        f"{mode} {result[mode]['delta_ce'][f'k{loops}']:+.4f}" for mode in CLAMP_MODES))
 
 
 if __name__ == "__main__":

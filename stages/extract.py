@@ -13,7 +13,7 @@ from loopscope.runs import trained_runs
 def main() -> None:
     name = sys.argv[1]
     params = load_params()
-    for r in trained_runs(name, params.extract.val_sequences):
+    for r in trained_runs(name, params.extract.val_sequences, "extract.val_sequences"):
         out = paths.extract_dir(name, r.tag)
         memory.check_forward(r.cell, r.compute, params.extract.batch_size,
                              "extract.batch_size", "extract", reads=False)

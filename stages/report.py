@@ -16,6 +16,9 @@ def main() -> None:
     notebook = {"cells": list(params.cells),  # the seeds every cell's runs used
                 "seeds": sorted({s for c in configs for s in c.seeds}),
                 "policy_cells": list(params.policies.cells)}
+    if name != "convergence":  # paper A's verdicts: their margin and resamples
+        notebook.update(margin_nats=params.diagnose.margin_nats,
+                        bootstrap=params.diagnose.bootstrap)
     render(paths.report_template(name), paths.report_html(name), notebook,
            params.report.timeout_s)
     print(f"report: {paths.report_html(name)}")

@@ -1,5 +1,5 @@
 """Stage throughput: inference tokens/s of every cell at every depth K = 1..K_train on
-the first diagnose.timing_windows validation windows, all cells timed in this one
+diagnose.timing_windows validation windows (spread over the split), all cells timed in this one
 process, interleaved over diagnose.timing_repeats rounds, median; and forward FLOPs per
 token beside it (the frontier's cost axis).
 
@@ -19,10 +19,8 @@ def main() -> None:
     params = load_params()
     jobs, flops = {}, {}
     for name in params.cells:
-        r = next(trained_runs(name, params.diagnose.val_sequences))
-        n = params.diagnose.timing_windows
-        h0 = None if r.h0 is None else r.h0[:n]
-        jobs[name] = Timed(r.model, r.x[:n], r.cell.model.loops, h0, r.compute.autocast)
+        r = next(trained_runs(name, params.diagnose.timing_windows, "diagnose.timing_windows"))
+        jobs[name] = Timed(r.model, r.x, r.cell.model.loops, r.h0, r.compute.autocast)
         cost = r.model.cost()
         flops[name] = {f"k{k}": cost.uniform(k) for k in range(1, r.cell.model.loops + 1)}
     print(f"throughput: timing {len(jobs)} cells, {params.diagnose.timing_repeats} "

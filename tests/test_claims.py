@@ -1,12 +1,13 @@
 """Every verdict in the claims tables can come out either way: constructed metrics."""
 
-import copy
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from loopscope.claims import (
     CellA,
+    Documents,
     Interval,
     at_least,
     bootstrap,
@@ -136,53 +137,113 @@ def test_document_bootstrap_is_wider_than_a_token_bootstrap_when_documents_diffe
     assert ratio.value == pytest.approx(values.mean())
 
 
-# ------------------------------------------------------------------------- paper A
-
-def cell_a(group, loss="per_loop", norm=(10.0, 12.0), median=(9.0, 11.0), p99=(15.0, 20.0),
-           ppl=(100.0, 90.0), radial=1e-2, slope=-0.2, delta=0.001):
-    k = {"k1": 0, "k4": 1}
-    pick = lambda pair: {key: pair[i] for key, i in k.items()}  # noqa: E731
-    return CellA(group, loss, pick(norm), pick(median), pick(p99), {"k4": 0.0}, pick(ppl),
-                 {"k4": radial}, {"k4": slope}, {"k4": delta}, {"k1": 1.0, "k4": 1.0})
+DOCS, PER_DOC, LOOPS, SWEEP = 20, 50, 4, 12
 
 
-def paper_a_cells():
+def cell_a(group: str = "scale-controlled", readout: str = "raw", loss: str = "per_loop",
+           norm=(20.0, 20.0), tail=(0.1, 0.1), ce=(4.3, 3.8), cos=1e-2, slope=0.0,
+           clamp=0.001, recipe: str = "ours", seed: int = 0) -> CellA:
+    """A constructed cell: per-token norms at loops 1 and K (lognormal: centre, sigma),
+    CE at loops 1 and K, radial fraction at K; a sweep whose angular step goes like
+    s**slope while the scale grows (Lemma 2: -1); clamp delta CE at K."""
+    rng = np.random.default_rng(seed)
+    n = DOCS * PER_DOC
+    doc = np.repeat(np.arange(DOCS), PER_DOC)
+    noise = rng.normal(0, 0.05, n)
+    tokens = {"doc": doc}
+    for k in range(LOOPS + 1):
+        f = k / LOOPS
+        centre = norm[0] * (norm[1] / norm[0]) ** f
+        sigma = tail[0] + (tail[1] - tail[0]) * f
+        tokens[f"norm_{k}"] = centre * rng.lognormal(0, sigma, n)
+    for k in range(1, LOOPS + 1):
+        tokens[f"ce_{k}"] = ce[0] + (ce[1] - ce[0]) * (k - 1) / (LOOPS - 1) + noise
+        tokens[f"cos_{k}"] = cos * rng.lognormal(0, 0.3, n)
+        tokens[f"floor_{k}"] = np.full(n, 1e-9)
+    sweep = {"doc": np.arange(DOCS), "tokens": np.full(DOCS, float(PER_DOC))}
+    for k in range(1, SWEEP + 1):
+        scale = 10.0 * 1.5 ** k * rng.lognormal(0, 0.02, DOCS)
+        step = 0.3 * (1.5 ** (k - 1)) ** slope * rng.lognormal(0, 0.02, DOCS)
+        sweep[f"scale_{k}"] = scale * PER_DOC
+        sweep[f"step_{k}"] = step * PER_DOC
+    iv = {"value": clamp, "lo": clamp - 0.003, "hi": clamp + 0.003}
+    return CellA(group, loss, readout, recipe, LOOPS, pd.DataFrame(tokens), pd.DataFrame(sweep),
+                 {"freeze_loop1": {"delta_ce_last": iv}, "remove_radial": {"delta_ce_last": iv}},
+                 {f"k{k}": 1000.0 for k in range(1, 5)}, {f"k{k}": 1e6 for k in range(1, 5)})
+
+
+NORMED = dict(group="normed baseline", readout="normed", norm=(40.0, 4000.0),
+              tail=(0.1, 0.6), ce=(4.0, 4.0), cos=1e-9, slope=-1.0)
+
+
+def paper_a_cells(**normed) -> dict[str, CellA]:
     return {
-        "perloop_normed": cell_a("normed baseline", norm=(40, 4000), median=(40, 3000),
-                                 p99=(60, 9000), ppl=(100, 99), radial=1e-9, slope=-0.9),
-        "perloop_raw": cell_a("scale-controlled", ppl=(110, 90)),
-        "perloop_penalty": cell_a("scale-controlled", ppl=(105, 88)),
+        "perloop_normed": cell_a(**{**NORMED, **normed}),
+        "perloop_raw": cell_a(seed=1),
+        "perloop_penalty": cell_a(readout="normed", ce=(4.2, 3.85), cos=1e-9, seed=2),
     }
 
 
+CLAIMS_A = ["drift", "tail", "lemma1", "lemma2", "k-invariance", "depth gain", "frontier",
+            "clamp"]
+
+
+def verdicts_a(cells: dict[str, CellA]) -> dict[str, str]:
+    found = paper_a_claims(cells, 0.01, 200)
+    return dict(zip(CLAIMS_A, [c.verdict for c in found], strict=True))
+
+
 def test_paper_a_claims_hold_on_paper_like_metrics():
-    found = paper_a_claims(paper_a_cells())
-    assert [c.verdict for c in found] == ["holds"] * 7, [c.value for c in found]
+    found = paper_a_claims(paper_a_cells(), 0.01, 200)
+    assert [c.verdict for c in found] == ["holds"] * 8, [(c.claim, c.value) for c in found]
+    assert {c.magnitude for c in found} <= {"holds", "n/a"}, [c.value for c in found]
 
 
-@pytest.mark.parametrize("cell, change, index", [
-    ("perloop_normed", dict(norm=(40, 10)), 0),
-    ("perloop_normed", dict(median=(40, 4000), p99=(60, 2000)), 1),
-    ("perloop_normed", dict(radial=1e-3), 2),
-    ("perloop_normed", dict(slope=0.3), 3),
-    ("perloop_normed", dict(ppl=(150, 99)), 4),
-    ("perloop_raw", dict(ppl=(110, 120)), 5),
-    ("perloop_normed", dict(delta=0.05), 6),
+@pytest.mark.parametrize("claim, normed, verdict", [
+    ("drift", dict(norm=(40.0, 15.0)), "contradicted"),
+    ("tail", dict(tail=(0.6, 0.1)), "contradicted"),
+    ("lemma1", dict(cos=1e-1), "contradicted"),
+    ("lemma2", dict(slope=0.5), "contradicted"),
+    ("k-invariance", dict(ce=(4.5, 4.0)), "contradicted"),
+    ("k-invariance", dict(ce=(4.01, 4.0)), "inconclusive"),
+    ("depth gain", dict(ce=(5.0, 4.0)), "contradicted"),
+    ("frontier", dict(ce=(3.0, 3.0)), "contradicted"),
+    ("clamp", dict(clamp=0.05), "contradicted"),
+    ("clamp", dict(clamp=0.009), "inconclusive"),
 ])
-def test_each_paper_a_claim_can_fail(cell, change, index):
-    cells = copy.deepcopy(paper_a_cells())
-    old = cells[cell]
-    kwargs = dict(norm=(old.norm_mean["k1"], old.norm_mean["k4"]),
-                  median=(old.norm_median["k1"], old.norm_median["k4"]),
-                  p99=(old.norm_p99["k1"], old.norm_p99["k4"]),
-                  ppl=(old.ppl["k1"], old.ppl["k4"]), radial=old.radial_fraction["k4"],
-                  slope=old.slope["k4"], delta=old.delta_ce["k4"])
-    if cell == "perloop_raw":
-        cells["perloop_penalty"] = cell_a("scale-controlled", ppl=(105, 120))
-    cells[cell] = cell_a(old.group, **{**kwargs, **change})
-    assert paper_a_claims(cells)[index].verdict == "contradicted"
+def test_each_paper_a_claim_can_fail(claim, normed, verdict):
+    assert verdicts_a(paper_a_cells(**normed))[claim] == verdict
+
+
+def test_lemma2_magnitude_fails_when_the_step_does_not_shrink_like_one_over_s():
+    found = paper_a_claims(paper_a_cells(slope=-0.2), 0.01, 200)[3]
+    assert (found.verdict, found.magnitude) == ("holds", "contradicted")
+
+
+def test_a_mean_shift_is_not_a_heavy_tail():
+    # every token grows alike: p99/median stays put
+    found = verdicts_a(paper_a_cells(tail=(0.3, 0.3)))
+    assert found["tail"] in ("inconclusive", "contradicted")
+
+
+def test_drift_under_another_recipe_gets_its_own_row():
+    cells = paper_a_cells()
+    cells["perloop_normed_ref"] = cell_a(**{**NORMED, "norm": (40.0, 50.0)}, recipe="ref")
+    cells["perloop_raw_ref"] = cell_a(recipe="ref", seed=3)
+    found = paper_a_claims(cells, 0.01, 200)
+    assert len(found) == 9 and "[ref]" in found[1].claim
+    assert found[1].verdict == "holds" and found[1].magnitude == "contradicted"
+    assert found[0].value == paper_a_claims(paper_a_cells(), 0.01, 200)[0].value
 
 
 def test_paper_a_claims_are_not_shown_without_their_cells():
-    found = paper_a_claims({"perloop_raw": cell_a("scale-controlled")})
+    found = paper_a_claims({"perloop_raw": cell_a()}, 0.01, 200)
     assert {c.verdict for c in found} == {"not shown"}
+
+
+def test_weighted_quantile_matches_numpy_on_the_sample():
+    rng = np.random.default_rng(0)
+    values, docs = rng.normal(size=999), np.repeat(np.arange(9), 111)
+    draws = Documents(docs, 50).quantile(docs, values, 0.5)
+    assert draws[0] == pytest.approx(np.quantile(values, 0.5, method="inverted_cdf"))
+    assert draws[1:].std() > 0

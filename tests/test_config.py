@@ -1,6 +1,7 @@
 """params.yaml validation and cell resolution."""
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -95,6 +96,18 @@ def test_shipped_params_are_valid():
     ("cells.perloop_raw", 3, r"'cells.perloop_raw' must be a mapping, got 3"),
     ("cells.perloop_raw.train.lr", -1,
      r"in cell 'perloop_raw': 'train.lr' is -1.0; it must be > 0"),
+    ("train.betas", [0.9], r"'train.betas' is \[0.9\]; it must be two numbers in \[0, 1\)"),
+    ("train.betas", [0.9, 1], r"'train.betas' is \[0.9, 1.0\]; it must be two numbers in "
+     r"\[0, 1\)"),
+    ("train.betas", [-0.1, 0.9], r"'train.betas' is \[-0.1, 0.9\]; it must be two numbers"),
+    ("train.betas", 0.9, r"'train.betas' must be a list of numbers, got 0.9"),
+    ("train.betas", ["0.9", 0.95], r"'train.betas' must be a list of numbers"),
+    ("train.schedule", "linear",
+     r"'train.schedule' is 'linear'; allowed values: cosine, constant"),
+    ("train.decay_on", "gains", r"'train.decay_on' is 'gains'; allowed values: matrices, all"),
+    ("model.init", "xavier", r"'model.init' is 'xavier'; allowed values: gpt2, huginn, paper_a"),
+    ("cells.perloop_raw.train.betas", [0.9, 0.999, 0.5],
+     r"in cell 'perloop_raw': 'train.betas' is \[0.9, 0.999, 0.5\]; it must be two numbers"),
 ])
 def test_bad_values_are_named(path, value, expected):
     with pytest.raises(ParamsError, match=expected):
@@ -149,12 +162,41 @@ def test_resolved_bytes_change_only_for_affected_cells():
                if resolve_cell(before, n).to_json() != resolve_cell(after, n).to_json()}
     assert changed == {n for n, cell in BASE["cells"].items()
                        if "lr" not in cell.get("train", {})} \
-        == set(BASE["cells"]) - {"backbone", "backbone_mean4"}
+        == set(BASE["cells"]) - {"backbone", "backbone_mean4", "perloop_normed_paper_a",
+                                 "perloop_raw_paper_a"}
 
 
 def test_cell_config_round_trips():
     cell = resolve_cell(parse_params(BASE), "perloop_raw")
     assert CellConfig.from_json(cell.to_json()) == cell
+
+
+def test_paper_a_recipe_resolves_and_round_trips():
+    raw = copy.deepcopy(BASE)
+    raw["model"]["init"] = "paper_a"
+    raw["train"].update(schedule="constant", warmup_steps=0, betas=[0.9, 0.999],
+                        decay_on="all")
+    raw["cells"]["perloop_raw"]["train"]["betas"] = [0.8, 0.99]  # a cell may pin its own
+    params = parse_params(raw)
+    cell, raw_cell = resolve_cell(params, "perloop_normed"), resolve_cell(params, "perloop_raw")
+    assert (cell.model.init, cell.train.schedule, cell.train.betas, cell.train.decay_on) \
+        == ("paper_a", "constant", [0.9, 0.999], "all")
+    assert raw_cell.train.betas == [0.8, 0.99]
+    assert CellConfig.from_json(cell.to_json()) == cell
+    assert '"betas": [\n      0.9,\n      0.999\n    ]' in cell.to_json()
+
+
+def test_the_new_train_keys_default_to_the_previous_recipe():
+    # params.yaml without the keys resolves as before: cosine, AdamW (0.9, 0.95), decay on
+    # the matrices; a config written before the keys existed loads with these defaults
+    cell = resolve_cell(parse_params(BASE), "perloop_raw")
+    assert (cell.train.schedule, cell.train.betas, cell.train.decay_on) \
+        == ("cosine", [0.9, 0.95], "matrices")
+    assert cell.model.init == BASE["model"].get("init", "gpt2")
+    old = json.loads(cell.to_json())
+    for key in ("schedule", "betas", "decay_on"):
+        del old["train"][key]
+    assert CellConfig.from_json(json.dumps(old)) == cell
 
 
 @pytest.mark.parametrize("seeds", [[1, 1], [-1], ["a"], 3, [True]])

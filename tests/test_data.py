@@ -17,7 +17,8 @@ from loopscope.data import (
     load_tokenizer,
     load_tokens,
     paragraphs,
-    val_windows,
+    window_sets,
+    windows_at,
     write_prepared,
 )
 from loopscope.errors import DataError
@@ -122,9 +123,10 @@ def test_batches_are_reproducible_and_shifted():
 def test_too_short_splits_are_named():
     with pytest.raises(DataError, match="model.context"):
         Batches(torch.arange(5), 8, 2, seed=0)
-    with pytest.raises(DataError, match="data.val_fraction"):
-        val_windows(torch.arange(5), 8, 4)
-    x, y = val_windows(torch.arange(100), 8, 50)
+    with pytest.raises(DataError, match="lower diagnose.val_sequences"):
+        window_sets(100, 8, 50, 1, "diagnose.val_sequences")
+    (starts,) = window_sets(100, 8, 12, 1, "diagnose.val_sequences")
+    x, y = windows_at(torch.arange(100), 8, starts)
     assert x.shape == (12, 8) and torch.equal(y, x + 1)
 
 

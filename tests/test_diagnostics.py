@@ -4,6 +4,7 @@ scale clamp and the extract format."""
 import copy
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import tiny_model as model
@@ -11,18 +12,19 @@ from conftest import tiny_model as model
 from loopscope.diagnostics import (
     Timed,
     angular_step,
-    clamp_effect,
     clamp_hook,
-    decompose_update,
-    depth_sweep,
+    clamped_ce,
+    lemma2_slope,
     load_extract,
+    measure,
     norm_stats,
-    radial_fraction,
-    radial_fractions,
+    radial_cosines,
+    summarize,
+    sweep_means,
     throughput,
-    update_metrics,
     write_extract,
 )
+from loopscope.model import loop_ce
 
 
 def data(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,53 +33,46 @@ def data(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
     return rows[:, :-1], rows[:, 1:]
 
 
+def states(scale: float = 5.0) -> torch.Tensor:
+    return torch.randn(6, 16, 32, generator=torch.Generator().manual_seed(3)) * scale
+
+
 @pytest.mark.parametrize("readout, low, high", [("normed", 0, 1e-5), ("raw", 1e-3, 1)])
 def test_radial_fraction_on_a_random_model(readout, low, high):
     m = copy.deepcopy(model(readout=readout)).double()
     _, y = data()
-    h = torch.randn(6, 16, 32, generator=torch.Generator().manual_seed(3)) * 5
-    fraction = radial_fraction(m, h, y, last=False)
-    assert low <= fraction < high
+    per_token, batch = radial_cosines(m, states(), y, last=False)
+    assert per_token.shape == (6 * 16,)
+    assert low <= batch < high
+    assert low <= per_token.mean().item() < high
 
 
-def test_radial_fraction_of_the_states_of_a_random_model(tmp_path):
-    x, y = data()
-    fractions = {}
-    for readout in ("normed", "raw"):
-        m = model(readout=readout)
-        ext = write_extract(m, x, y, 4, tmp_path / readout, readout)
-        fractions[readout] = radial_fractions(m, ext)
-    # A fresh model's states are tiny (rms ~0.03), where RMSNorm's eps leaves a trace of
-    # radial gradient; still well below the raw readout's. (Unit-scale states: above.)
-    assert max(fractions["normed"]) < 1e-4
-    assert max(fractions["normed"]) < min(fractions["raw"]) / 10
-
-
-def test_update_decomposition_sums_back():
-    rng = np.random.default_rng(0)
-    prev, nxt = rng.normal(size=(50, 8)), rng.normal(size=(50, 8))
-    radial, angular = decompose_update(prev, nxt)
-    np.testing.assert_allclose(radial + angular, nxt - prev, atol=1e-12)
-    np.testing.assert_allclose((angular * prev).sum(-1), 0, atol=1e-10)  # orthogonal to H
-    # radial is parallel to H: no angle between them (or exactly opposite)
-    norms = np.linalg.norm(radial, axis=-1) * np.linalg.norm(prev, axis=-1)
-    cos = (radial * prev).sum(-1) / norms
-    np.testing.assert_allclose(np.abs(cos), 1, atol=1e-10)
+def test_normed_radial_fraction_is_the_eps_floor():
+    # RMSNorm's eps leaves eps / (||H||^2/d + eps) of radial gradient; with eps = 0 only
+    # float64 round-off is left, so the normed value measures eps, not the lemma
+    m = copy.deepcopy(model()).double()
+    _, y = data()
+    h = states(0.05)  # small states: the floor is large enough to see
+    cos, _ = radial_cosines(m, h, y, last=False)
+    floor = m.norm_out.eps / (h.double().pow(2).sum(-1) / 32 + m.norm_out.eps)
+    assert (cos <= 2 * floor.flatten()).all() and cos.mean() > 1e-4 * floor.mean()
+    m.norm_out.eps = 0.0
+    assert radial_cosines(m, h, y, last=False)[0].max() < 1e-12
 
 
 def test_angular_step_shrinks_with_scale():
     # the same residual branch added at a larger scale turns the direction less (Lemma 2)
-    rng = np.random.default_rng(0)
-    u = rng.normal(size=(100, 16))
-    u /= np.linalg.norm(u, axis=-1, keepdims=True)
-    b = rng.normal(size=(100, 16))
-    steps = [angular_step(s * u, s * u + b).mean() for s in (10.0, 100.0, 1000.0)]
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(100, 16, generator=g)
+    u /= u.norm(dim=-1, keepdim=True)
+    b = torch.randn(100, 16, generator=g)
+    steps = [angular_step(s * u, s * u + b).mean().item() for s in (10.0, 100.0, 1000.0)]
     assert steps[0] > steps[1] > steps[2]
     assert steps[1] / steps[2] == pytest.approx(10, rel=0.05)
 
 
-def test_clamp_keeps_direction_and_sets_norm():
-    hook = clamp_hook({})
+def test_freeze_clamp_keeps_direction_and_sets_norm():
+    hook = clamp_hook("freeze_loop1")
     g = torch.Generator().manual_seed(0)
     h1 = torch.randn(2, 5, 8, generator=g)
     h2 = torch.randn(2, 5, 8, generator=g) * 40
@@ -88,25 +83,75 @@ def test_clamp_keeps_direction_and_sets_norm():
     torch.testing.assert_close(cos, torch.ones_like(cos))
 
 
-def test_clamp_effect_on_a_model_with_inter_loop_norm_is_nil():
-    # with inter-loop norm every H_k already has the loop-1 scale: the clamp changes nothing
-    x, y = data()
-    for m, changes in ((model(inter_loop_norm=True), False), (model(readout="raw"), True)):
-        unclamped = depth_sweep(m, x, y, batch_size=4)["ce_readout"]
-        result = clamp_effect(m, x, y, 4, unclamped)
-        assert result["ce_readout"]["k3"] == unclamped[2]
-        assert (abs(result["delta_ce"]["k3"]) > 1e-6) == changes
-        assert all(abs(v) < 1e-5 for v in result["delta_ce"].values()) != changes
+def test_remove_radial_clamp_leaves_only_the_turn():
+    hook = clamp_hook("remove_radial")
+    g = torch.Generator().manual_seed(0)
+    h1, h2, h3 = (torch.randn(2, 5, 8, generator=g) * s for s in (1, 3, 9))
+    hook(1, h1)
+    a = hook(2, h2)
+    torch.testing.assert_close(((a - h1) * h1).sum(-1), torch.zeros(2, 5), atol=1e-5, rtol=0)
+    b = hook(3, h3)  # the next update is taken from the clamped state
+    torch.testing.assert_close(((b - a) * a).sum(-1), torch.zeros(2, 5), atol=1e-4, rtol=0)
 
 
-def test_depth_sweep_reads_final_norm_both_ways():
-    # a final_norm readout is raw before the last loop in training, normed as a last loop
+@pytest.mark.parametrize("mode", ["freeze_loop1", "remove_radial"])
+def test_clamp_changes_ce_only_where_the_readout_sees_scale(mode):
+    # a normed readout with inter-loop norm sees neither the stored scale nor (through
+    # the norm) does the next loop: freeze_loop1 changes nothing; a raw readout changes
     x, y = data()
-    normed = depth_sweep(model(), x, y, batch_size=4)
-    assert normed["ce_at_depth"] == normed["ce_readout"]
-    both = depth_sweep(model(readout="final_norm"), x, y, batch_size=4)
-    assert both["ce_at_depth"][2] == both["ce_readout"][2]  # the last loop: the same read
-    assert both["ce_at_depth"][0] != both["ce_readout"][0]
+    m = model(inter_loop_norm=True)
+    out = m(x, read="none")
+    plain = np.stack([loop_ce(m.read(h, last=k == 3), y).item() for k, h in
+                      enumerate(out.states, 1)])
+    raw = clamped_ce(model(readout="raw"), x, y, 4, mode)
+    base_raw = clamped_ce(model(readout="raw"), x, y, 4, mode)
+    assert raw.shape == (3, 6 * 16)
+    np.testing.assert_array_equal(raw, base_raw)  # deterministic
+    ce = clamped_ce(m, x, y, 4, mode)
+    np.testing.assert_allclose(ce[0].mean(), plain[0], rtol=1e-5)  # loop 1 never clamped
+    if mode == "freeze_loop1":
+        np.testing.assert_allclose(ce.mean(axis=1), plain, rtol=1e-4)
+    unclamped_raw = model(readout="raw")(x, read="none")
+    raw_ce = loop_ce(model(readout="raw").read(unclamped_raw.states[2], last=True), y).item()
+    assert abs(raw[2].mean() - raw_ce) > 1e-6
+
+
+def test_measure_tables_agree_with_the_forward_pass():
+    x, y = data()
+    m = model(readout="final_norm")
+    docs = np.array([0, 0, 1, 1, 2, 2])
+    got = measure(m, x, y, docs, 4, loops=7)
+    out = m(x, read="none")
+    t = got.tokens
+    assert len(t) == 6 * 16 and (t["doc"].to_numpy() == np.repeat(docs, 16)).all()
+    assert {f"{n}_{k}" for n in ("ce", "norm", "cos", "floor", "step") for k in (1, 2, 3)} \
+        <= set(t.columns) and "norm_0" in t.columns and "ce_4" not in t.columns
+    # each loop through its own readout: raw before the last loop of a final_norm cell
+    assert t["ce_1"].mean() == pytest.approx(loop_ce(m.read(out.states[0], last=False), y)
+                                             .item(), rel=1e-5)
+    assert t["ce_3"].mean() == pytest.approx(loop_ce(m.read(out.states[2], last=True), y)
+                                             .item(), rel=1e-5)
+    np.testing.assert_allclose(t["norm_2"], out.states[1].norm(dim=-1).flatten().detach(),
+                               rtol=1e-5)
+    sweep = got.sweep
+    assert list(sweep["doc"]) == [0, 1, 2] and (sweep["tokens"] == 32).all()
+    assert "scale_7" in sweep.columns and "scale_8" not in sweep.columns
+    means = sweep_means(sweep)
+    assert means.index.tolist() == list(range(1, 8))
+    assert means.loc[3, "ce"] == pytest.approx(t["ce_3"].mean(), rel=1e-6)
+    metrics = summarize(got)
+    assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
+    assert metrics["lemma2"]["loops"] == 7
+    assert len(got.radial_batch) == 3
+
+
+def test_lemma2_slope_finds_one_over_scale():
+    scale = np.geomspace(1, 1000, 30)
+    step = np.r_[5.0, 2.0 / scale[:-1]]  # step_k = 2 / s_k-1; loop 1 from H_0 ignored
+    means = pd.DataFrame({"scale": scale, "step": step}, index=pd.RangeIndex(1, 31))
+    assert lemma2_slope(means) == pytest.approx(-1.0)
+    flat = means.assign(step=0.1)
+    assert lemma2_slope(flat) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_extract_round_trips(tmp_path):
@@ -134,14 +179,6 @@ def test_truncated_extract_is_detected(tmp_path):
     np.save(tmp_path / "cell" / "states.npy", np.zeros((2, 3, 4), dtype=np.float32))
     with pytest.raises(Exception, match="do not match meta.json"):
         load_extract(tmp_path / "cell")
-
-
-def test_update_metrics_keys(tmp_path):
-    x, y = data()
-    ext = write_extract(model(), x, y, 4, tmp_path / "c", "c")
-    metrics = update_metrics(ext)
-    assert set(metrics["angular_step"]) == {"k1", "k2", "k3"}
-    assert all(v > 0 for v in metrics["inv_scale"].values())
 
 
 def test_norm_stats_tail():

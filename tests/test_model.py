@@ -72,11 +72,104 @@ def test_hook_changes_what_is_fed_back():
     assert not torch.allclose(hooked.states[1], plain.states[1])
 
 
-def test_inter_loop_norm_fixes_the_state_scale():
-    out = make(inter_loop_norm=True)(tokens())
-    for h in out.states:  # RMSNorm with unit gain: rms 1, so ||h|| = sqrt(d_model)
-        torch.testing.assert_close(h.norm(dim=-1), torch.full(h.shape[:2], 32 ** 0.5),
+def by_hand(model, x, loops, hook=None):
+    """Loop by loop through step and carry, as convergence and the runtime run it."""
+    e = model.inputs(x)
+    h, states = model.initial_state(e), []
+    for k in range(1, loops + 1):
+        h = model.step(model.carry(h, first=k == 1), e)
+        h = hook(k, h) if hook is not None else h
+        states.append(h)
+    return states
+
+
+@pytest.mark.parametrize("inter_loop_norm", [False, True])
+def test_forward_equals_step_by_step(inter_loop_norm):
+    model = make(inter_loop_norm=inter_loop_norm, inject="add")
+    out = model(tokens(), loops=4)
+    for a, b in zip(out.states, by_hand(model, tokens(), 4), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_inter_loop_norm_feeds_the_next_loop_only():
+    # paper A's reference: each loop's readout, logged norm and penalty use the state
+    # before the norm; the norm is applied to what the next loop starts from
+    model = make(inter_loop_norm=True)
+    x = tokens()
+    out = model(x)
+    e = model.inputs(x)
+    # the stored states are not normed: loop 1's keeps the small scale of gpt2's H_0
+    assert out.states[0].pow(2).mean(-1).sqrt().max() < 0.1
+    assert not any(torch.allclose(h, model.carry(h), atol=1e-3) for h in out.states)
+    for k, h in enumerate(out.states):
+        torch.testing.assert_close(out.logits[k], model.read(h, last=k == 2))
+        carried = model.carry(h)  # RMSNorm with unit gain: rms 1, ||h|| = sqrt(d_model)
+        torch.testing.assert_close(carried.norm(dim=-1), torch.full(h.shape[:2], 32 ** 0.5),
                                    rtol=1e-3, atol=1e-3)
+        if k + 1 < len(out.states):
+            torch.testing.assert_close(out.states[k + 1], model.step(carried, e))
+    # no norm before loop 1: it starts from H_0 itself
+    torch.testing.assert_close(out.states[0], model.step(out.initial, e))
+    assert torch.equal(model.carry(out.initial, first=True), out.initial)
+
+
+def test_inter_loop_norm_hides_the_scale_from_the_next_loop_not_from_the_readout():
+    model = make(inter_loop_norm=True, readout="raw")
+    plain = model(tokens())
+    # loop 2's state (rms ~1, well above RMSNorm's eps) scaled 3x, as the clamp scales
+    scaled = model(tokens(), hook=lambda k, h: 3.0 * h if k == 2 else h)
+    # the scaled state is what is stored and read: its norm and raw logits change ...
+    torch.testing.assert_close(scaled.states[1], 3.0 * plain.states[1])
+    torch.testing.assert_close(scaled.logits[1], 3.0 * plain.logits[1])
+    # ... while the next loop, which starts from RMSNorm of it, does not see the scale
+    torch.testing.assert_close(scaled.states[2], plain.states[2], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(scaled.logits[2], plain.logits[2], rtol=1e-4, atol=1e-5)
+
+
+def test_carry_takes_a_per_token_first_mask():
+    model = make(inter_loop_norm=True)
+    h = state()
+    first = torch.zeros(2, 16, dtype=torch.bool)
+    first[0, :5] = True
+    mixed = model.carry(h, first=first)
+    assert torch.equal(mixed[first], h[first])
+    assert torch.equal(mixed[~first], model.carry(h)[~first])
+    assert torch.equal(make().carry(h), h)  # without the norm: h itself
+
+
+def test_convergence_sweep_runs_the_same_loops_as_forward():
+    from loopscope.convergence import trajectory
+    model = make(inter_loop_norm=True, inject="add")
+    x = tokens()
+    traj = trajectory(model, x, x, None, depth=4, batch_size=1, keep_states=4)
+    out = model(x, loops=4)
+    for k, h in enumerate(out.states):
+        torch.testing.assert_close(torch.from_numpy(traj.states[k]), h.flatten(0, 1))
+
+
+def test_paper_a_init_is_pytorchs_default():
+    cfg = dataclasses.replace(TINY, d_model=64, n_heads=4, init="paper_a")
+    torch.manual_seed(0)
+    model = LoopedLM(cfg)
+    gpt2 = LoopedLM(dataclasses.replace(cfg, init="gpt2"))
+    assert model.embed_scale == 1.0 and model.head.weight is model.embed.weight
+    for emb in (model.embed, model.pos):  # nn.Embedding's N(0, 1)
+        assert abs(emb.weight.std().item() - 1.0) < 0.1 and abs(emb.weight.mean()) < 0.1
+    block = model.core[0]
+    for lin in (block.attn.qkv, block.attn.proj, block.mlp.up, block.mlp.down):
+        bound = 1 / lin.in_features ** 0.5  # kaiming-uniform: U(-1/sqrt(fan_in), ...)
+        assert lin.weight.abs().max() <= bound
+        assert abs(lin.weight.std().item() / (bound / 3 ** 0.5) - 1) < 0.1
+    # no scaled residual init: the output projection is drawn like qkv (same fan-in)
+    assert abs(block.attn.proj.weight.std() / block.attn.qkv.weight.std() - 1) < 0.1
+    assert gpt2.core[0].attn.proj.weight.std() < 0.5 * gpt2.core[0].attn.qkv.weight.std()
+    assert all(torch.equal(n.weight, torch.ones(64)) for n in (block.n1, block.n2,
+                                                             model.norm_out))
+    # ||H_0|| ~ sqrt(2d) (token + position, N(0, 1) each): 50x gpt2's
+    x = tokens()
+    norm = model.inputs(x).norm(dim=-1).mean().item()
+    assert abs(norm / (2 * 64) ** 0.5 - 1) < 0.15
+    assert abs(norm / gpt2.inputs(x).norm(dim=-1).mean().item() / 50 - 1) < 0.2
 
 
 @pytest.mark.parametrize("variant", [

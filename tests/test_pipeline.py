@@ -72,7 +72,7 @@ def repo(tmp_path_factory) -> Path:
 def test_repro_writes_report_and_finite_metrics(repo):
     sh(["dvc", "repro"], repo)
     html = repo / "reports" / "html" / "blind_spot.html"
-    assert html.is_file() and "Hidden-state norm per loop" in html.read_text()
+    assert html.is_file() and "Hidden-state scale per loop" in html.read_text()
     assert "<img" in html.read_text()  # the seaborn figure is embedded
     convergence = (repo / "reports" / "html" / "convergence.html").read_text()
     assert "Elasticity" in convergence and "<img" in convergence

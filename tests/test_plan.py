@@ -228,6 +228,6 @@ def test_preset_loads_and_plans_to_the_papers_size(path):
         assert result["memory_bytes"]["total"] > 0
     if path.stem.startswith("paper_a"):
         assert list(params.cells) == PAPER_A_CELLS
-        assert params.seeds == [42, 43, 44]
+        assert params.seeds == [42, 101, 202]
     else:
         assert list(params.cells) == ["backbone"]

@@ -365,7 +365,8 @@ TIMED = (f"{paths.METRICS}/throughput/", f"{paths.METRICS}/{paths.TRAIN_TIMINGS}
 # Every stage but the reports and the benchmark (outputs all timed), on the backbone:
 # it has every source of randomness (sampled depth, noise initial state) and every stage.
 BACKBONE_CELL = "backbone"
-TARGETS = ["headline", f"clamp@{BACKBONE_CELL}", f"convergence@{BACKBONE_CELL}"]
+TARGETS = ["headline", f"clamp@{BACKBONE_CELL}", f"convergence@{BACKBONE_CELL}",
+           f"extract@{BACKBONE_CELL}"]
 
 
 def files_of(repo: Path, out: str) -> dict[str, bytes]:
@@ -409,7 +410,7 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
                 differ = sorted(f for f in a.keys() | b.keys() if a.get(f) != b.get(f))
                 raise AssertionError(f"{stage}: {out['path']} differs: {differ}")
             compared += 1
-    assert (timed, compared) == (1, 14)  # the train timings are timed
+    assert (timed, compared) == (1, 16)  # the train timings are timed
     model = str(paths.model_file(BACKBONE_CELL, SEED))  # what used to embed timings
     assert files_of(one, model) == files_of(two, model)
     assert "train_seconds" not in (one / paths.metrics_file("train", BACKBONE_CELL)).read_text()

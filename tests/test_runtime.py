@@ -78,6 +78,19 @@ def test_uniform_decoding_is_a_plain_forward_pass():
     assert run.steps == 10 * 4
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_uniform_runtime_runs_the_loops_of_forward(name):
+    # every path loops alike: with an inter-loop norm, loop k + 1 starts from the normed
+    # H_k while H_k itself is the state kept and read out (LoopedLM.carry)
+    model, x, h0 = setup(MODELS[name], b=2, t=10)
+    plain = model(x, loops=4, read="last", h0=h0)
+    scored = score(model, x, Uniform(), cap=4, h0=h0)
+    torch.testing.assert_close(scored.state, plain.states[-1], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(scored.logits, plain.logits[-1], rtol=1e-4, atol=1e-4)
+    decoded = generate(model, x, Uniform(), cap=4, h0=h0)
+    torch.testing.assert_close(decoded.logits, plain.logits[-1], rtol=1e-4, atol=1e-4)
+
+
 def test_layout_pads_each_rows_active_queries():
     active = torch.tensor([[True, False, True, True], [False, False, False, False],
                            [False, True, False, False]])

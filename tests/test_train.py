@@ -1,5 +1,8 @@
-"""Training objective, schedule, divergence handling and checkpoints."""
+"""Training objective, schedule, optimizer, divergence handling and checkpoints."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 import torch
 from conftest import TINY
@@ -8,10 +11,10 @@ from conftest import tiny_corpus as corpus
 
 from loopscope.checkpoint import load_model, save_model
 from loopscope.config import TrainConfig
-from loopscope.diagnostics import diagnose, write_extract
+from loopscope.diagnostics import measure, summarize, write_extract
 from loopscope.errors import CheckpointError, DivergenceError
 from loopscope.model import LoopedLM
-from loopscope.train import lr_at, objective, train_cell
+from loopscope.train import lr_at, objective, optimizer, train_cell
 
 
 def test_lr_schedule():
@@ -19,6 +22,73 @@ def test_lr_schedule():
     assert lr_at(0, cfg) == pytest.approx(0.1)
     assert lr_at(9, cfg) == pytest.approx(1.0)
     assert lr_at(99, cfg) == pytest.approx(0.1, abs=1e-3)
+
+
+def test_constant_schedule_holds_lr_after_the_warm_up():
+    cfg = TrainConfig(steps=100, lr=1.0, warmup_steps=10, schedule="constant")
+    assert lr_at(0, cfg) == pytest.approx(0.1)
+    assert lr_at(9, cfg) == pytest.approx(1.0)
+    assert all(lr_at(step, cfg) == 1.0 for step in range(10, 100))
+    # paper A's reference: no warm-up, the full lr from the first step
+    cfg = TrainConfig(steps=100, lr=3e-4, warmup_steps=0, schedule="constant")
+    assert {lr_at(step, cfg) for step in range(100)} == {3e-4}
+
+
+def test_cosine_is_the_default_schedule():
+    cfg = TrainConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert cfg.schedule == "cosine"
+    explicit = TrainConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1,
+                           schedule="cosine")
+    assert [lr_at(s, cfg) for s in range(100)] == [lr_at(s, explicit) for s in range(100)]
+    assert lr_at(50, cfg) < 1.0  # it decays
+
+
+def groups(opt):
+    """(weight decay, betas, ids of the parameters) of each group of an optimizer."""
+    return [(g["weight_decay"], g["betas"], {id(p) for p in g["params"]})
+            for g in opt.param_groups]
+
+
+def test_betas_reach_the_optimizer():
+    model = LoopedLM(TINY)
+    assert [b for _, b, _ in groups(optimizer(model, TrainConfig()))] == [(0.9, 0.95)] * 2
+    opt = optimizer(model, TrainConfig(betas=[0.9, 0.999]))
+    assert [b for _, b, _ in groups(opt)] == [(0.9, 0.999)] * 2
+
+
+def test_weight_decay_on_matrices_or_on_every_parameter():
+    model = LoopedLM(TINY)
+    every = {id(p) for p in model.parameters()}
+    gains = {id(p) for p in model.parameters() if p.dim() < 2}
+    embed = {id(model.embed.weight), id(model.pos.weight)}
+    assert gains and embed <= every
+    # matrices (the default): gains without decay, the embeddings (matrices) with it
+    (wd, _, decayed), (wd0, _, kept) = groups(optimizer(model, TrainConfig(weight_decay=0.1)))
+    assert (wd, wd0) == (0.1, 0.0) and kept == gains and decayed == every - gains
+    # all (paper A's reference): norm gains and embeddings decay too, nothing is exempt
+    (wd, _, decayed), (_, _, kept) = groups(
+        optimizer(model, TrainConfig(weight_decay=0.1, decay_on="all")))
+    assert wd == 0.1 and decayed == every and not kept
+    assert gains | embed <= decayed
+
+
+def test_decay_on_all_decays_the_norm_gains():
+    model = LoopedLM(TINY)
+    opt = optimizer(model, TrainConfig(lr=0.1, weight_decay=0.5, decay_on="all"))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()  # a zero gradient: only the decay moves the weights
+    torch.testing.assert_close(model.norm_out.weight, torch.full((32,), 1 - 0.1 * 0.5))
+
+
+def test_paper_a_recipe_trains_and_its_checkpoint_keeps_it(tmp_path):
+    model = dataclasses.replace(TINY, init="paper_a")
+    recipe = dict(schedule="constant", warmup_steps=0, betas=[0.9, 0.999], decay_on="all")
+    trained, summary = train_cell(cell(model, **recipe), corpus())
+    assert summary["final_loss"] < 3.5  # from ~ln(64) = 4.16 and above: N(0, 1) logits
+    assert {k: summary["config"][k] for k in recipe} == recipe
+    save_model(tmp_path / "m.pt", trained, cell(model, **recipe), {})
+    assert load_model(tmp_path / "m.pt")[1] == cell(model, **recipe)
 
 
 def test_objective_placement_and_penalty():
@@ -68,8 +138,8 @@ def test_diagnose_metrics_shape(tmp_path):
     x = corpus()[:16 * 8].view(8, 16)
     y = corpus()[1:16 * 8 + 1].view(8, 16)
     ext = write_extract(model, x, y, 4, tmp_path / "c", "c")
-    metrics = diagnose(model, x, y, 4, ext)
+    assert ext.states.shape == (4, 8 * 16, TINY.d_model)
+    metrics = summarize(measure(model, x, y, np.arange(8), 4, loops=3))
     assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
     assert all(v > 1 for v in metrics["ppl_at_depth"].values())
     assert metrics["norm_mean"]["k1"] > 0
-    assert metrics["ce_readout"] == metrics["ce_at_depth"]  # a normed readout

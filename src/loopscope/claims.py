@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 
 Verdict = Literal["holds", "contradicted", "inconclusive", "not shown"]
 
@@ -47,35 +48,73 @@ class Interval:
         return f"{self.value:.4g} [{self.lo:.4g}, {self.hi:.4g}]"
 
 
+class Documents:
+    """Resamples of whole documents with replacement, drawn once and shared by every
+    statistic of a report: cells measured on the same windows are then compared paired.
+    Tokens of one document are correlated, so resampling tokens would understate the
+    uncertainty. Each method returns an array of draws: index 0 the statistic on the
+    sample itself, 1.. one per resample (interval turns it into an Interval)."""
+
+    def __init__(self, docs: np.ndarray, resamples: int = 1000, seed: int = 0) -> None:
+        self.ids = np.unique(docs)
+        k = len(self.ids)
+        rng = np.random.default_rng(seed)
+        draws = rng.multinomial(k, np.full(k, 1.0 / k), size=resamples).astype(np.float64)
+        self.weights = np.vstack([np.ones(k), draws])
+
+    def _index(self, docs: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(self.ids, docs)
+        if not np.array_equal(self.ids[np.minimum(idx, len(self.ids) - 1)], docs):
+            raise ValueError("tokens from documents outside the resampled set")
+        return idx
+
+    def total(self, docs: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """The sum of per-token values, per draw."""
+        per_doc = np.bincount(self._index(np.asarray(docs)),
+                              weights=np.asarray(values, dtype=np.float64),
+                              minlength=len(self.ids))
+        return self.weights @ per_doc
+
+    def mean(self, docs: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """The mean of per-token values, per draw."""
+        return self.total(docs, values) / np.maximum(self.total(docs, np.ones(len(docs))), 1)
+
+    def quantile(self, docs: np.ndarray, values: np.ndarray, q: float) -> np.ndarray:
+        """The q-quantile of per-token values, per draw (each token weighted by how
+        often its document was drawn)."""
+        values = np.asarray(values, dtype=np.float64)
+        order = np.argsort(values, kind="stable")
+        idx, ordered = self._index(np.asarray(docs))[order], values[order]
+        out = np.empty(len(self.weights))
+        for start in range(0, len(self.weights), 128):  # bounded memory
+            cum = np.cumsum(self.weights[start:start + 128][:, idx], axis=1)
+            for j, row in enumerate(cum):
+                out[start + j] = ordered[min(np.searchsorted(row, q * row[-1]), len(row) - 1)]
+        return out
+
+    @staticmethod
+    def interval(draws: np.ndarray) -> Interval:
+        """The statistic with its 95% percentile interval over the resamples."""
+        lo, hi = np.nanquantile(draws[1:], [0.025, 0.975])
+        return Interval(float(draws[0]), float(lo), float(hi))
+
+
 def bootstrap(columns: dict[str, np.ndarray], groups: np.ndarray,
               stat: Callable[[dict[str, np.ndarray]], np.ndarray],
               resamples: int = 1000, seed: int = 0) -> Interval:
-    """A statistic of per-token columns with a 95% percentile interval from resampling
-    whole groups (documents) with replacement: tokens of one document are correlated,
-    so resampling tokens would understate the uncertainty.
-
-    stat receives each column's sum over the (resampled) tokens, as arrays, and returns
-    the statistic per resample: ratios of sums cover means, shares and differences of
-    conditional means.
-    """
-    _, g = np.unique(groups, return_inverse=True)
-    sums = {k: np.bincount(g, weights=np.asarray(v, dtype=np.float64))
-            for k, v in columns.items()}
-    k = len(next(iter(sums.values())))
-    rng = np.random.default_rng(seed)
-    weights = rng.multinomial(k, np.full(k, 1.0 / k), size=resamples).astype(np.float64)
-    draws = stat({name: weights @ s for name, s in sums.items()})
-    lo, hi = np.nanquantile(draws, [0.025, 0.975])
-    whole = stat({name: np.array([s.sum()]) for name, s in sums.items()})
-    return Interval(float(whole[0]), float(lo), float(hi))
+    """A statistic of per-token columns with a 95% interval from resampling whole
+    groups (documents): stat receives each column's sum over the (resampled) tokens,
+    as arrays, and returns the statistic per draw, so ratios of sums cover means,
+    shares and differences of conditional means."""
+    docs = Documents(groups, resamples, seed)
+    return docs.interval(stat({k: docs.total(groups, v) for k, v in columns.items()}))
 
 
 def bootstrap_mean(values: np.ndarray, groups: np.ndarray, resamples: int = 1000,
                    seed: int = 0) -> Interval:
     """The mean of per-token values, its interval from resampling documents."""
-    values = np.asarray(values, dtype=np.float64)
-    return bootstrap({"v": values, "n": np.ones_like(values)}, groups,
-                     lambda s: s["v"] / np.maximum(s["n"], 1.0), resamples, seed)
+    docs = Documents(groups, resamples, seed)
+    return docs.interval(docs.mean(groups, values))
 
 
 def effect(iv: Interval, sign: int) -> Verdict:
@@ -270,128 +309,238 @@ def table(claims: list[Claim]) -> list[dict[str, str]]:
 @dataclass
 class CellA:
     """What paper A's claims read of one cell: its group (loopscope.report.cell_group),
-    loss placement, and per loop k: mean, median and p99 norm, share of tokens above
-    10x the median, perplexity at depth k, radial fraction, the log-log slope of the
-    angular step on the scale, clamp delta CE, inference tokens/s (metrics/diagnose,
-    clamp and throughput)."""
+    loss placement, readout, recipe (a label: cells are compared within a recipe),
+    training depth K; the per-token table of diagnose (tables/diagnose: doc, and per
+    loop ce_k, norm_k, cos_k, floor_k) and the per-document depth sweep (tables/sweep);
+    metrics/clamp (per mode, delta_ce_last as an interval); inference tokens/s and FLOPs
+    per token at each depth (metrics/throughput)."""
 
     group: str
     loss: str
-    norm_mean: dict[str, float]
-    norm_median: dict[str, float]
-    norm_p99: dict[str, float]
-    share_above_10x: dict[str, float]
-    ppl: dict[str, float]
-    radial_fraction: dict[str, float]
-    slope: dict[str, float]
-    delta_ce: dict[str, float]
+    readout: str
+    recipe: str
+    loops: int
+    tokens: pd.DataFrame
+    sweep: pd.DataFrame
+    clamp: dict[str, Any]
     tokens_per_s: dict[str, float]
-
-    @classmethod
-    def of(cls, group: str, loss: str, diagnose: dict[str, Any], clamp: dict[str, Any],
-           throughput: dict[str, Any]) -> CellA:
-        return cls(group, loss, diagnose["norm_mean"], diagnose["norm_median"],
-                   diagnose["norm_p99"], diagnose["norm_share_above_10x_median"],
-                   diagnose["ppl_at_depth"], diagnose["radial_fraction"],
-                   diagnose["angular_vs_scale_slope"],
-                   clamp["delta_ce"], throughput["tokens_per_s"])
+    flops_per_token: dict[str, float]
 
     @property
     def last(self) -> str:
-        return max(self.ppl, key=lambda k: int(k[1:]))
+        return f"k{self.loops}"
+
+    def col(self, name: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(docs, values) of a per-token column at loop k (default: K)."""
+        return (self.tokens["doc"].to_numpy(),
+                self.tokens[f"{name}_{self.loops if k is None else k}"].to_numpy())
 
 
-def _verdict(ok: bool) -> Verdict:
-    return "holds" if ok else "contradicted"
+def inside(iv: Interval, lo: float, hi: float) -> Verdict:
+    """A magnitude within [lo, hi]: holds when the interval lies inside, contradicted
+    when it lies wholly outside."""
+    if lo <= iv.lo and iv.hi <= hi:
+        return "holds"
+    return "contradicted" if iv.hi < lo or iv.lo > hi else "inconclusive"
 
 
-def paper_a_claims(cells: dict[str, CellA], clamp_margin: float = 0.01) -> list[Claim]:
-    """Paper A's claims from the diagnose, clamp and throughput metrics of its cells.
+def all_of(verdicts: list[Verdict]) -> Verdict:
+    """A claim about every cell of a group: contradicted if one contradicts it, holds
+    if all hold, otherwise inconclusive."""
+    if "contradicted" in verdicts:
+        return "contradicted"
+    return "holds" if all(v == "holds" for v in verdicts) else "inconclusive"
 
-    These verdicts compare point values of one run (direction only, no interval yet);
-    the criterion of each says exactly what is compared.
+
+def _lemma2_draws(docs: Documents, sweep: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per draw: Lemma 2's across-loop slope (log mean step_k on log mean s_k-1, loops
+    2..L) and the scale growth s_L / s_1, from a per-document sweep table."""
+    d = sweep["doc"].to_numpy()
+    n = docs.total(d, sweep["tokens"].to_numpy())
+    depth = max(int(c.rsplit("_", 1)[1]) for c in sweep.columns if c.startswith("scale_"))
+    scale = np.stack([docs.total(d, sweep[f"scale_{k}"].to_numpy()) / n
+                      for k in range(1, depth + 1)])
+    step = np.stack([docs.total(d, sweep[f"step_{k}"].to_numpy()) / n
+                     for k in range(2, depth + 1)])
+    x, y = np.log(scale[:-1]), np.log(step)
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    slope = (xc * yc).sum(0) / np.maximum((xc * xc).sum(0), 1e-300)
+    return slope, scale[-1] / scale[0]
+
+
+def paper_a_claims(cells: dict[str, CellA], margin: float = 0.01, resamples: int = 1000
+                   ) -> list[Claim]:
+    """Paper A's claims, each with its criterion, this run's value with a 95% interval
+    (documents resampled, paired across cells: every cell is measured on the same
+    windows; seeds pooled) and a verdict (see the module docstring). margin: the band
+    a claim of no effect must stay inside (nats).
+
+    Cells are compared within the recipe of the per-loop normed cell; the drift ratio
+    is also given for every other recipe that has per-loop normed and raw cells.
     """
-    normed = "perloop_normed" if "perloop_normed" in cells else None
-    raw = "perloop_raw" if "perloop_raw" in cells else None
-    controls = [c for c, v in cells.items() if v.group == "scale-controlled"]
-    perloop_controls = [c for c in controls if cells[c].loss == "per_loop"]
+    per_loop_normed = [c for c, v in cells.items()
+                       if v.group == "normed baseline" and v.loss == "per_loop"]
+    recipe = cells[per_loop_normed[0]].recipe if per_loop_normed else None
+    mine = {c: v for c, v in cells.items() if v.recipe == recipe}
+    normed = next((c for c in per_loop_normed if cells[c].recipe == recipe), None)
+    controls = [c for c, v in mine.items() if v.group == "scale-controlled"]
+    pl_controls = [c for c in controls if mine[c].loss == "per_loop"]
+    raw = next((c for c in pl_controls if mine[c].readout == "raw"), None)
+    docs = Documents(np.concatenate([v.tokens["doc"].to_numpy() for v in cells.values()])
+                     if cells else np.zeros(1), resamples)
     out: list[Claim] = []
+
+    def mean(c: str, name: str, k: int | None = None, of: dict[str, CellA] = mine
+             ) -> np.ndarray:
+        return docs.mean(*of[c].col(name, k))
+
+    # 1. the drift, under this recipe and every other one that has the two cells
     text = ("Per-loop CE + normed readout: the final-loop norm drifts far above every "
             "scale-controlled cell (raw readout, norm penalty, inter-loop norm)")
     paper = "~39,000 (44M), 56,051 (129M) vs 17 to 83"
     if normed and controls:
-        n = cells[normed]
-        top = max(controls, key=lambda c: cells[c].norm_mean[cells[c].last])
-        a, b = n.norm_mean[n.last], cells[top].norm_mean[cells[top].last]
-        out.append(Claim(text, paper, "final-loop mean norm of perloop_normed > that of every "
-                         "scale-controlled cell; magnitude: ratio >= 100 (paper ~500-3000)",
-                         f"{a:.1f} vs at most {b:.1f} ({top}); ratio {a / b:.1f}x",
-                         _verdict(a > b), _verdict(a / b >= 100)))
+        top = np.max(np.stack([mean(c, "norm") for c in controls]), axis=0)
+        worst = max(controls, key=lambda c: mean(c, "norm")[0])
+        ratio = docs.interval(mean(normed, "norm") / top)
+        out.append(Claim(text + f" [{recipe}]", paper,
+                         "final-loop mean norm of the per-loop normed cell / the largest of "
+                         "the scale-controlled cells' > 1 (interval); magnitude: >= 100 "
+                         "(paper ~500-3000)",
+                         f"{mean(normed, 'norm')[0]:.1f} vs at most {top[0]:.1f} ({worst}); "
+                         f"ratio {ratio}", effect(Interval(ratio.value - 1, ratio.lo - 1,
+                                                           ratio.hi - 1), +1),
+                         at_least(ratio, 100)))
     else:
-        out.append(not_shown(text, paper, "-", "perloop_normed or the controls are absent"))
+        out.append(not_shown(text, paper, "-", "a per-loop normed cell or the controls "
+                             "are absent"))
+    for other in sorted({v.recipe for v in cells.values()} - {recipe}):
+        theirs = {c: v for c, v in cells.items() if v.recipe == other and v.loss == "per_loop"}
+        n_ = next((c for c, v in theirs.items() if v.group == "normed baseline"), None)
+        r_ = next((c for c, v in theirs.items() if v.readout == "raw"), None)
+        if n_ and r_:
+            ratio = docs.interval(mean(n_, "norm", of=theirs) / mean(r_, "norm", of=theirs))
+            out.append(Claim(f"The drift under the recipe [{other}]: per-loop normed vs raw",
+                             paper, "final-loop mean norm ratio > 1; magnitude: >= 100",
+                             f"{mean(n_, 'norm', of=theirs)[0]:.1f} ({n_}) vs "
+                             f"{mean(r_, 'norm', of=theirs)[0]:.1f} ({r_}); ratio {ratio}",
+                             effect(Interval(ratio.value - 1, ratio.lo - 1, ratio.hi - 1), +1),
+                             at_least(ratio, 100)))
+
+    # 2. the shape of the drift
     text = ("The drift is token-level and heavy-tailed, not a mean shift: the tail grows "
             "faster than the centre")
+
+    def tail_growth(c: str) -> np.ndarray:
+        def ratio(k: int) -> np.ndarray:
+            d, v = mine[c].col("norm", k)
+            return docs.quantile(d, v, 0.99) / docs.quantile(d, v, 0.5)
+        return ratio(mine[c].loops) / ratio(1) - 1
+
     if normed:
-        n = cells[normed]
-        p99 = n.norm_p99[n.last] / n.norm_p99["k1"]
-        med = n.norm_median[n.last] / n.norm_median["k1"]
+        growth = tail_growth(normed)
+        others = {c: tail_growth(c) for c in pl_controls}
+        excess = (docs.interval(growth - np.max(np.stack(list(others.values())), axis=0))
+                  if others else None)
+        d, v = mine[normed].col("norm")
+        share = float((v > 10 * np.median(v)).mean())
         out.append(Claim(text, "heavy-tailed, not a mean shift",
-                         "p99 grows more than the median over the loops",
-                         f"p99 x{p99:.2f} vs median x{med:.2f}; share > 10x median "
-                         f"{n.share_above_10x[n.last]:.2%}", _verdict(p99 > med)))
+                         "T = (p99/median at K) / (p99/median at loop 1) - 1 > 0 (a mean "
+                         "shift keeps T = 0); magnitude: T above every per-loop "
+                         "scale-controlled cell's (paired difference)",
+                         f"T {docs.interval(growth)}; " + ", ".join(
+                             f"{c} {o[0]:+.3f}" for c, o in others.items())
+                         + f"; share above 10x median {share:.2%}",
+                         effect(docs.interval(growth), +1),
+                         effect(excess, +1) if excess else "n/a"))
     else:
-        out.append(not_shown(text, "heavy-tailed", "-", "perloop_normed is absent"))
+        out.append(not_shown(text, "heavy-tailed", "-", "a per-loop normed cell is absent"))
+
+    # 3. Lemma 1
     text = "Lemma 1: a normalized readout's loss has no radial gradient; a raw one has"
     if normed and raw:
-        rn = cells[normed].radial_fraction[cells[normed].last]
-        rr = cells[raw].radial_fraction[cells[raw].last]
+        rn, rr = mean(normed, "cos"), mean(raw, "cos")
+        contrast = docs.interval(np.log10(rr / rn))
         out.append(Claim(text, "~1e-9 (normed) vs ~1e-2 (raw)",
-                         "final-loop radial fraction < 1e-5 normed and > 1e-3 raw",
-                         f"{rn:.1e} vs {rr:.1e}", _verdict(rn < 1e-5 and rr > 1e-3)))
+                         "mean per-token radial fraction at K (float64): raw / normed > 1, "
+                         "log10 interval; magnitude: >= 100x. The normed value is RMSNorm's "
+                         "eps floor (eps d / ||H||^2), not a measured zero",
+                         f"{rn[0]:.1e} (eps floor {mean(normed, 'floor')[0]:.1e}) vs "
+                         f"{rr[0]:.1e}; log10 ratio {contrast}", effect(contrast, +1),
+                         at_least(contrast, 2.0)))
     else:
-        out.append(not_shown(text, "~1e-9 vs ~1e-2", "-", "perloop_normed or perloop_raw absent"))
-    text = ("Lemma 2: the angular step of the normalized state shrinks like 1/s_k "
-            "(log-log slope of angular step on scale across tokens)")
+        out.append(not_shown(text, "~1e-9 vs ~1e-2", "-", "per-loop normed or raw absent"))
+
+    # 4. Lemma 2, as the reference checks it: the sweep past K
+    text = ("Lemma 2: past the training depth, the angular step of the normalized state "
+            "shrinks like 1/s (angular step x scale constant across loops)")
     if normed:
-        n = cells[normed]
-        slope = n.slope[n.last]
-        out.append(Claim(text, "angular update ~ 1/s_k", "slope at the last loop < 0; "
-                         "magnitude: slope within [-1.5, -0.5]",
-                         f"slope {slope:.2f}", _verdict(slope < 0),
-                         within(slope, -1.5, -0.5)))
+        slope, growth = _lemma2_draws(docs, mine[normed].sweep)
+        depth = sum(c.startswith("scale_") for c in mine[normed].sweep.columns)
+        iv = docs.interval(slope)
+        contrast = ""
+        for c in [x for x in pl_controls if mine[x].readout != "raw"][:1] or pl_controls[:1]:
+            cs, cg = _lemma2_draws(docs, mine[c].sweep)
+            contrast = f"; {c}: scale x{cg[0]:.2f}, slope {cs[0]:.2f}"
+        out.append(Claim(text, "angular step ~ 1/s_k",
+                         f"over loops 2..{depth}: log-log slope of the mean angular step on "
+                         "the mean scale < 0 (interval); magnitude: inside [-1.5, -0.5] "
+                         "(Lemma 2: -1)",
+                         f"slope {iv}, scale x{growth[0]:.2f} over the sweep{contrast}",
+                         effect(iv, -1), inside(iv, -1.5, -0.5)))
     else:
-        out.append(not_shown(text, "~ 1/s_k", "-", "perloop_normed is absent"))
-    text = ("Normed baselines are nearly K-invariant; scale-controlled variants improve "
-            "clearly from K=1 to K (PPL(K=1)/PPL(K))")
-    if normed and perloop_controls:
-        ratio = {c: cells[c].ppl["k1"] / cells[c].ppl[cells[c].last]
-                 for c in [normed, *perloop_controls]}
-        out.append(Claim(text, "PPL(K=1) ~ PPL(K=4) vs clear improvement",
-                         "every per-loop scale-controlled cell gains more from depth than "
-                         "perloop_normed", ", ".join(f"{v:.3f} ({c})" for c, v in ratio.items()),
-                         _verdict(all(ratio[c] > ratio[normed] for c in perloop_controls))))
+        out.append(not_shown(text, "~ 1/s_k", "-", "a per-loop normed cell is absent"))
+
+    # 5. depth use: the normed baseline is K-invariant, scale control gains from depth
+    def gain(c: str) -> np.ndarray:
+        return mean(c, "ce", 1) - mean(c, "ce")
+
+    text = "The normed per-loop baseline is nearly K-invariant: PPL(K=1) ~ PPL(K)"
+    if normed:
+        g = docs.interval(gain(normed))
+        out.append(Claim(text, "PPL(K=1) ~ PPL(K=4)",
+                         f"CE(1) - CE(K) inside +-{margin} nats", f"{g} nats ({normed})",
+                         negligible(g, margin)))
     else:
-        out.append(not_shown(text, "K-invariant vs improvement", "-", "cells absent"))
+        out.append(not_shown(text, "K-invariant", "-", "a per-loop normed cell is absent"))
+    text = ("Scale-controlled per-loop variants gain more from depth than the normed "
+            "baseline")
+    if normed and pl_controls:
+        diffs = {c: docs.interval(gain(c) - gain(normed)) for c in pl_controls}
+        out.append(Claim(text, "PPL improves clearly from K=1 to K=4",
+                         "[CE(1) - CE(K)] of each per-loop scale-controlled cell minus the "
+                         "normed cell's > 0 (paired interval), for every one",
+                         "; ".join(f"{c} {iv} nats" for c, iv in diffs.items()),
+                         all_of([effect(iv, +1) for iv in diffs.values()])))
+    else:
+        out.append(not_shown(text, "clear improvement", "-", "cells absent"))
+
+    # 6. the frontier
     text = "Scale-controlled variants have a better perplexity/throughput frontier"
-    if normed and perloop_controls:
-        best = min(perloop_controls, key=lambda c: cells[c].ppl[cells[c].last])
-        b, n = cells[best], cells[normed]
-        out.append(Claim(text, "better frontier", "lower PPL at the training depth for "
-                         "the best per-loop scale-controlled cell (same architecture, so the "
-                         "same cost)", f"{b.ppl[b.last]:.2f} ({best}) vs {n.ppl[n.last]:.2f}",
-                         _verdict(b.ppl[b.last] < n.ppl[n.last])))
+    if normed and pl_controls:
+        best = min(pl_controls, key=lambda c: mean(c, "ce")[0])
+        diff = docs.interval(mean(best, "ce") - mean(normed, "ce"))
+        b, n = mine[best], mine[normed]
+        out.append(Claim(text, "better frontier",
+                         "CE at K of the best per-loop scale-controlled cell - the normed "
+                         "cell's < 0 (paired interval), at the cost measured beside it",
+                         f"{diff} nats ({best}); tokens/s at K {b.tokens_per_s[b.last]:,.0f} "
+                         f"vs {n.tokens_per_s[n.last]:,.0f}, FLOPs/token "
+                         f"{b.flops_per_token[b.last]:.3g} vs {n.flops_per_token[n.last]:.3g}",
+                         effect(diff, -1)))
     else:
         out.append(not_shown(text, "better frontier", "-", "cells absent"))
+
+    # 7. the clamp
     text = "Clamping the recurrent scale of trained normed models changes CE negligibly"
-    normed_cells = [c for c, v in cells.items() if v.group == "normed baseline"]
+    normed_cells = [c for c, v in mine.items() if v.group == "normed baseline"]
     if normed_cells:
-        worst = max(normed_cells, key=lambda c: abs(cells[c].delta_ce[cells[c].last]))
-        d = cells[worst].delta_ce[cells[worst].last]
+        found = {(c, mode): Interval.of(mine[c].clamp[mode]["delta_ce_last"])
+                 for c in normed_cells for mode in mine[c].clamp}
         out.append(Claim(text, "negligible change in CE",
-                         f"|delta CE| < {clamp_margin} nats at the final loop for every "
-                         "normed cell", ", ".join(f"{cells[c].delta_ce[cells[c].last]:+.4f} ({c})"
-                                                  for c in normed_cells),
-                         _verdict(abs(d) < clamp_margin)))
+                         f"delta CE at K inside +-{margin} nats, for every normed cell and "
+                         "both clamp modes (freeze_loop1, remove_radial)",
+                         "; ".join(f"{c} {mode} {iv}" for (c, mode), iv in found.items()),
+                         all_of([negligible(iv, margin) for iv in found.values()])))
     else:
         out.append(not_shown(text, "negligible", "-", "no normed baseline cell"))
     return out

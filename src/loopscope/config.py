@@ -28,6 +28,8 @@ DepthName = Literal["fixed", "lognormal"]  # loopscope.depth.SAMPLERS
 DepthMean = Literal["loops", "loops_plus_one"]  # E[r] of the lognormal sampler
 DeviceName = Literal["auto", "cpu", "cuda"]
 Precision = Literal["auto", "fp32", "bf16"]
+Schedule = Literal["cosine", "constant"]  # the learning rate after the warm-up
+DecayOn = Literal["matrices", "all"]  # the parameters AdamW's weight decay applies to
 
 
 @dataclass
@@ -45,9 +47,12 @@ class TrainConfig:
     stride: int = 1  # training windows start at multiples of this (1: anywhere)
     batch_size: int = 16
     lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
+    schedule: Schedule = "cosine"  # after the warm-up: cosine to min_lr_ratio * lr | constant lr
+    min_lr_ratio: float = 0.1  # the cosine's floor (unused by a constant schedule)
+    warmup_steps: int = 50  # linear warm-up from lr / warmup_steps (0: none)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])  # AdamW's (beta1, beta2)
     weight_decay: float = 0.01
+    decay_on: DecayOn = "matrices"  # matrices (not gains, biases) | all: every parameter
     grad_clip: float = 1.0
     seed: int = 42
     threads: int = 2

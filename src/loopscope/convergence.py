@@ -109,7 +109,7 @@ def trajectory(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tens
         h = model.initial_state(e) if h0 is None else h0[i:i + batch_size].to(e.dtype)
         prev = None
         for k in range(depth):
-            new = model.step(h, e)
+            new = model.step(model.carry(h, first=k == 0), e)  # from H_k (loop 1: H_0)
             logp = F.log_softmax(model.read(new, last=True).float(), dim=-1)
             values = {
                 "ce": -logp.gather(-1, yb[..., None])[..., 0],

@@ -309,17 +309,3 @@ def document_ids(tokens: torch.Tensor, eos_id: int, starts: np.ndarray) -> np.nd
     windows of one document are correlated, so intervals resample documents."""
     ends = np.flatnonzero(tokens.numpy() == eos_id)
     return np.searchsorted(ends, starts, side="right").astype(np.int64)
-
-
-def val_windows(tokens: torch.Tensor, context: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first n non-overlapping validation windows (inputs, targets), fixed for all
-    cells so their diagnostics compare the same tokens."""
-    n_avail = (len(tokens) - 1) // context
-    if n_avail < 1:
-        raise DataError(f"the validation split has {len(tokens)} tokens, fewer than "
-                        f"model.context + 1 = {context + 1}; raise data.val_fraction or "
-                        "lower model.context.")
-    n = min(n, n_avail)
-    x = tokens[: n * context].view(n, context)
-    y = tokens[1: n * context + 1].view(n, context)
-    return x, y

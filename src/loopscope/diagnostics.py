@@ -1,12 +1,13 @@
 """Measurements on a trained cell: paper A's diagnostics.
 
-- hidden-state scale per loop, centre and tail (is drift a mean shift or heavy-tailed?);
-- radial gradient fraction of each loop's immediate readout loss (Lemma 1: a normalized
-  readout has no radial gradient, so the loss cannot see the scale);
-- the residual update split into radial and angular parts, and the angular step of
-  the normalized state against 1/s (Lemma 2: a growing scale freezes the direction);
-- cross-entropy and tokens/s at inference depth K (the quality/compute frontier);
-- the recurrent scale clamp (rescale every H_k to its loop-1 magnitude).
+- the extract: H_0..H_K of validation windows saved for later reading;
+- one depth sweep per run (measure) to L >= K loops, per token: CE through each loop's
+  own readout, the hidden-state scale (centre and tail: a mean shift or a heavy tail?),
+  Lemma 1's radial gradient fraction beside the floor RMSNorm's eps leaves, and Lemma 2's
+  angular step of the normalized state against the scale, as the reference checks it;
+- tokens/s at inference depth K, every cell in one process (the frontier's cost axis);
+- the recurrent scale clamp in the reference's two modes (freeze_loop1, remove_radial).
+Per-token values keep the document they come from: intervals resample documents.
 """
 
 from __future__ import annotations
@@ -20,14 +21,19 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
+from tqdm import tqdm
 
 from loopscope.errors import DataError, atomic_write_bytes, require_disk
-from loopscope.model import LoopedLM, LoopHook, loop_ce
+from loopscope.model import LoopedLM
 
+ClampMode = Literal["freeze_loop1", "remove_radial"]
+CLAMP_MODES: tuple[ClampMode, ...] = ("freeze_loop1", "remove_radial")
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
 TABLE_ROW_BYTES = 22  # tokens.parquet, one row uncompressed: four int32, an int16, a float
 
@@ -145,128 +151,183 @@ def load_extract(path: Path) -> Extract:
     return Extract(states=states, table=table, meta=meta)
 
 
-# ------------------------------------------------------------------------ Lemma 1
+# ------------------------------------------------------------------ the depth sweep
 
 
-def radial_fraction(model: LoopedLM, h: torch.Tensor, targets: torch.Tensor, last: bool
-                    ) -> float:
-    """|<grad_H L, H>| / (||grad_H L|| ||H||) for L = CE of the readout of state H.
+@dataclass
+class Measured:
+    """Paper A's per-token measurements of one run on the diagnose windows.
 
-    Computed in the model's dtype, outside any autocast; pass a float64 copy (as
-    radial_fractions does) so that a normalized readout's ~0 is not float32 round-off.
+    tokens: one row per token (reading order): doc, and per loop k = 1..K (the
+        training depth) ce_k (CE through loop k's own readout: the readout it trained
+        with; the final_norm cell reads raw before its last loop, as the reference's
+        early-exit curve does), norm_k = ||H_k|| (norm_0: H_0), cos_k (Lemma 1's radial
+        fraction of that token: |<grad, H_k>| / (||grad|| ||H_k||), float64), floor_k
+        (eps / (||H_k||^2 / d + eps): the radial fraction a normalized readout keeps
+        because of RMSNorm's eps) and step_k (the angle between H_k-1 and H_k, radians).
+    sweep: one row per document, sums over its tokens of the depth sweep to L >= K
+        loops (Lemma 2 as the reference checks it): tokens, and per loop k = 1..L ce_k,
+        scale_k (s_k = RMS of H_k), step_k (||u_k - u_k-1|| with u = H / s), step_x_scale_k
+        (step_k * s_k-1, constant across loops if the step shrinks like 1/s) and
+        radial_k (the radial increment s_k - s_k-1).
+    radial_batch: per loop k = 1..K, the radial fraction of the mean loss over each
+        batch of 2048 tokens, averaged over batches (the paper's definition).
     """
-    weight = next(model.parameters())
-    h = h.detach().to(weight.device, weight.dtype).requires_grad_(True)
-    with torch.autocast(weight.device.type, enabled=False):
-        loss = loop_ce(model.read(h, last=last), targets.to(weight.device))
-    (grad,) = torch.autograd.grad(loss, h)
-    return (grad * h).sum().abs().item() / (grad.norm() * h.norm()).item()
+
+    tokens: pd.DataFrame
+    sweep: pd.DataFrame
+    radial_batch: list[float]
 
 
-def radial_fractions(model: LoopedLM, ext: Extract, batch_tokens: int = 2048) -> list[float]:
-    """Radial gradient fraction of each loop's immediate readout loss (loops 1..K).
-
-    Averaged over slices of batch_tokens tokens of the extract (each slice a batch of
-    whole sequences, as in training).
-    """
-    t = ext.meta["context"]
-    per_slice = max(1, batch_tokens // t) * t
-    targets = torch.from_numpy(ext.table["target_id"].to_numpy()[: ext.meta["tokens"]]
-                               .astype(np.int64))
-    loops, d = ext.meta["loops"], ext.meta["d_model"]
-    model64 = copy.deepcopy(model).double()
-    out = []
-    for k in range(1, loops + 1):
-        vals = []
-        for i in range(0, ext.meta["tokens"], per_slice):
-            h = torch.from_numpy(np.array(ext.states[k, i:i + per_slice])).view(-1, t, d)
-            vals.append(radial_fraction(model64, h, targets[i:i + per_slice].view(-1, t),
-                                        last=k == loops))
-        out.append(float(np.mean(vals)))
-    return out
+def _rms(h: torch.Tensor) -> torch.Tensor:
+    return h.pow(2).mean(-1).sqrt()
 
 
-# ------------------------------------------------------------------------ Lemma 2
+def _token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-token CE (float32): loop_ce without the mean."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
 
 
-def decompose_update(h_prev: np.ndarray, h_next: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Split the update D = H_{k+1} - H_k of each token into radial and angular parts.
-
-    radial = <D, u> u with u = H_k / ||H_k|| changes the scale; angular = D - radial
-    turns the direction. Returns (radial, angular) vectors; they sum to D exactly.
-    """
-    d = h_next - h_prev
-    u = h_prev / np.linalg.norm(h_prev, axis=-1, keepdims=True)
-    radial = (d * u).sum(-1, keepdims=True) * u
-    return radial, d - radial
-
-
-def angular_step(h_prev: np.ndarray, h_next: np.ndarray) -> np.ndarray:
-    """Angle (radians) between H_k and H_{k+1} per token: how far the normalized state,
-    the only thing a normalized readout sees, moves in one loop."""
-    a = h_prev / np.linalg.norm(h_prev, axis=-1, keepdims=True)
-    b = h_next / np.linalg.norm(h_next, axis=-1, keepdims=True)
-    return np.arccos(np.clip((a * b).sum(-1), -1.0, 1.0))
-
-
-def update_metrics(ext: Extract) -> dict[str, dict[str, float]]:
-    """Per loop k (the update from H_{k-1} to H_k): mean radial and angular update sizes,
-    mean angular step, mean 1/s_{k-1}, and the log-log slope of angular step on s_{k-1}
-    across tokens (Lemma 2 predicts about -1 once the residual branch b(u) is steady)."""
-    out: dict[str, dict[str, float]] = {}
-    for k in range(1, ext.meta["loops"] + 1):
-        prev, nxt = np.asarray(ext.states[k - 1]), np.asarray(ext.states[k])
-        radial, angular = decompose_update(prev, nxt)
-        s_prev = np.linalg.norm(prev, axis=-1)
-        theta = angular_step(prev, nxt)
-        ok = (theta > 0) & (s_prev > 0)
-        slope = (float(np.polyfit(np.log(s_prev[ok]), np.log(theta[ok]), 1)[0])
-                 if ok.sum() > 2 and np.ptp(np.log(s_prev[ok])) > 0 else float("nan"))
-        values = {
-            "radial_update": float(np.linalg.norm(radial, axis=-1).mean()),
-            "radial_update_signed": float((radial * prev).sum(-1).mean()
-                                          / max(s_prev.mean(), 1e-12)),
-            "angular_update": float(np.linalg.norm(angular, axis=-1).mean()),
-            "angular_step": float(theta.mean()),
-            "inv_scale": float((1.0 / s_prev).mean()),
-            "angular_step_x_scale": float((theta * s_prev).mean()),
-            "angular_vs_scale_slope": slope,
-        }
-        for name, value in values.items():
-            out.setdefault(name, {})[f"k{k}"] = value
-    return out
-
-
-# ------------------------------------------------------------------ depth and clamp
+def radial_cosines(model64: LoopedLM, h: torch.Tensor, targets: torch.Tensor, last: bool
+                   ) -> tuple[torch.Tensor, float]:
+    """Lemma 1 on states h (B, T, d): per token |cos| between the gradient of its CE
+    through the readout and H itself, and the batch value |<G, H>| / (||G|| ||H||) over
+    all tokens together. model64: a float64 copy, so that a normalized readout's ~0 is
+    not float32 round-off; each token's logits depend on its own state only, so row t
+    of the gradient is the gradient of token t's CE."""
+    weight = next(model64.parameters())
+    h = h.detach().to(weight.device, torch.float64).requires_grad_(True)
+    with torch.enable_grad(), torch.autocast(weight.device.type, enabled=False):
+        loss = F.cross_entropy(model64.read(h, last=last).flatten(0, 1),
+                               targets.to(weight.device).flatten(), reduction="sum")
+        (grad,) = torch.autograd.grad(loss, h)
+    dot = (grad * h).sum(-1)
+    cos = dot.abs() / (grad.norm(dim=-1) * h.norm(dim=-1)).clamp_min(1e-300)
+    batch = (dot.sum().abs() / (grad.norm() * h.norm()).clamp_min(1e-300)).item()
+    return cos.detach().flatten().cpu(), batch
 
 
 @torch.no_grad()
-def depth_sweep(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                h0: torch.Tensor | None = None, hook: LoopHook | None = None
-                ) -> dict[str, list[float]]:
-    """Cross-entropy at every loop k = 1..K (the training depth), read two ways:
-    ce_at_depth, H_k read out as a last loop (inference stopped at depth k); and
-    ce_readout, H_k through the readout loop k had in training (they differ only for a
-    final_norm readout before the last loop). hook: applied to every state (the clamp).
-
-    The state after loop k does not depend on later loops, so one pass to the deepest
-    loop gives every depth.
-    """
-    loops = model.cfg.loops
-    own = model.cfg.readout == "final_norm"  # else the two reads are the same logits
+def measure(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, docs: np.ndarray,
+            batch_size: int, loops: int, h0: torch.Tensor | None = None) -> Measured:
+    """One pass per batch to depth L = max(loops, K) gives every measurement (see
+    Measured); docs: the document of each window. Loops past K read out as the last
+    loop does."""
     model.eval()
-    sums = torch.zeros(2, loops, dtype=torch.float64, device=x.device)
-    for i in range(0, len(x), batch_size):
+    k_train, d = model.cfg.loops, model.cfg.d_model
+    depth = max(loops, k_train)
+    eps = model.norm_out.eps
+    model64 = copy.deepcopy(model).double()
+    tok: dict[str, list[np.ndarray]] = {}
+    swp: dict[str, list[np.ndarray]] = {}
+    batch_fracs: list[list[float]] = [[] for _ in range(k_train)]
+
+    def put(into: dict[str, list[np.ndarray]], name: str, value: torch.Tensor) -> None:
+        into.setdefault(name, []).append(value.detach().double().flatten().cpu().numpy())
+
+    for i in tqdm(range(0, len(x), batch_size), desc="depth sweep", unit="batch",
+                  leave=False, disable=len(x) <= batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        out = model(xb, hook=hook, read="none", h0=_rows(h0, i, batch_size))
-        for k, h in enumerate(out.states):
-            as_last = loop_ce(model.read(h, last=True), yb).double()
-            in_training = (loop_ce(model.read(h, last=k == loops - 1), yb).double()
-                           if own else as_last)
-            sums[:, k] += torch.stack([as_last, in_training]) * yb.numel()
-    ce = (sums / y.numel()).tolist()
-    return {"ce_at_depth": ce[0], "ce_readout": ce[1]}
+        out = model(xb, loops=depth, read="none", h0=_rows(h0, i, batch_size))
+        states = [out.initial.float(), *(h.float() for h in out.states)]
+        put(tok, "norm_0", states[0].norm(dim=-1))
+        for k in range(1, depth + 1):
+            h, prev = states[k], states[k - 1]
+            s, s_prev = _rms(h), _rms(prev)
+            ce = _token_ce(model.read(out.states[k - 1], last=k >= k_train), yb)
+            step = (h / s[..., None] - prev / s_prev[..., None]).norm(dim=-1)
+            for name, value in (("ce", ce), ("scale", s), ("step", step),
+                                ("step_x_scale", step * s_prev), ("radial", s - s_prev)):
+                put(swp, f"{name}_{k}", value)
+            if k > k_train:
+                continue
+            norm = h.norm(dim=-1)
+            cos, batch = radial_cosines(model64, out.states[k - 1], yb, last=k == k_train)
+            batch_fracs[k - 1].append(batch)
+            put(tok, f"norm_{k}", norm)
+            put(tok, f"ce_{k}", ce)
+            put(tok, f"cos_{k}", cos)
+            put(tok, f"floor_{k}", eps / (norm.double().pow(2) / d + eps))
+            put(tok, f"step_{k}", angular_step(prev, h))
+    token_docs = np.repeat(np.asarray(docs), x.shape[1])
+    tokens = pd.DataFrame({"doc": token_docs, **{k: np.concatenate(v) for k, v in tok.items()}})
+    ids, g = np.unique(token_docs, return_inverse=True)
+    sweep = pd.DataFrame({"doc": ids, "tokens": np.bincount(g).astype(np.float64),
+                          **{k: np.bincount(g, weights=np.concatenate(v))
+                             for k, v in swp.items()}})
+    return Measured(tokens, sweep, [float(np.mean(b)) for b in batch_fracs])
+
+
+def angular_step(h_prev: torch.Tensor, h_next: torch.Tensor) -> torch.Tensor:
+    """Angle (radians) between H_k-1 and H_k per token: how far the normalized state,
+    the only thing a normalized readout sees, moves in one loop."""
+    cos = F.cosine_similarity(h_prev.double(), h_next.double(), dim=-1)
+    return torch.arccos(cos.clamp(-1.0, 1.0))
+
+
+def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of log y on log x (nan where x does not vary or < 3 points)."""
+    ok = (x > 0) & (y > 0)
+    if ok.sum() < 3 or np.ptp(np.log(x[ok])) == 0:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+def sweep_means(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's per-loop means over tokens: one row per loop, one column per
+    measurement (ce, scale, step, step_x_scale, radial)."""
+    n = sweep["tokens"].sum()
+    rows: dict[int, dict[str, float]] = {}
+    for col in sweep.columns.drop(["doc", "tokens"]):
+        name, k = col.rsplit("_", 1)
+        rows.setdefault(int(k), {})[name] = sweep[col].sum() / n
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("loop").sort_index()
+
+
+def lemma2_slope(means: pd.DataFrame) -> float:
+    """Across loops 2..L: the log-log slope of the mean angular step on the mean scale
+    it starts from (Lemma 2: about -1, i.e. step_x_scale constant across loops).
+    Loop 1 is left out: it starts from H_0, the embedding or noise, not a loop's state."""
+    scale_prev = means["scale"].shift(1)
+    later = means.index >= 2
+    return loglog_slope(scale_prev[later].to_numpy(), means["step"][later].to_numpy())
+
+
+def summarize(m: Measured) -> dict[str, dict[str, float]]:
+    """The per-cell metrics JSON from the measurements: for each loop k = 1..K the CE
+    and perplexity, norm statistics, radial fraction (batch value, mean per token and
+    the eps floor), mean angular step and the across-token log-log slope of the angular
+    step on the scale (a figure, not a verdict); and Lemma 2 over the depth sweep.
+
+    Keys are flat and named by loop (e.g. norm_mean.k4, ppl_at_depth.k1) so
+    `dvc metrics show` and `dvc exp show` list them as columns; README lists them all.
+    """
+    t = m.tokens
+    k_train = len(m.radial_batch)
+    out: dict[str, dict[str, float]] = {}
+
+    def put(name: str, k: int, value: float) -> None:
+        out.setdefault(name, {})[f"k{k}"] = float(value)
+
+    for k in range(1, k_train + 1):
+        ce = t[f"ce_{k}"].mean()
+        put("ce_at_depth", k, ce)
+        put("ppl_at_depth", k, math.exp(ce))
+        for name, value in norm_stats(t[f"norm_{k}"].to_numpy(np.float64)).items():
+            put(f"norm_{name}", k, value)
+        put("radial_fraction", k, m.radial_batch[k - 1])
+        put("radial_fraction_token", k, t[f"cos_{k}"].mean())
+        put("radial_floor", k, t[f"floor_{k}"].mean())
+        put("angular_step", k, t[f"step_{k}"].mean())
+        put("angular_vs_scale_slope", k, loglog_slope(t[f"norm_{k - 1}"].to_numpy(),
+                                                       t[f"step_{k}"].to_numpy()))
+    means = sweep_means(m.sweep)
+    ratio = means["step_x_scale"][2:]
+    out["lemma2"] = {"loops": int(means.index.max()), "slope": lemma2_slope(means),
+                     "scale_growth": float(means["scale"].iloc[-1] / means["scale"].iloc[0]),
+                     "step_x_scale_cv": float(ratio.std() / ratio.mean()),
+                     "step_cv": float(means["step"][2:].std() / means["step"][2:].mean())}
+    return out
 
 
 @dataclass
@@ -320,52 +381,42 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def clamp_hook(reference: dict[str, torch.Tensor]):
-    """The recurrent scale clamp: rescale every H_k (k >= 2) to the per-token magnitude
-    it had after loop 1, keeping its direction."""
+def clamp_hook(mode: ClampMode = "freeze_loop1"):
+    """The recurrent scale clamp, in the reference's two modes, applied to every H_k
+    for k >= 2 (loop 1's state is the reference point):
+    freeze_loop1  rescale H_k to the per-token magnitude it had after loop 1, keeping
+                  its direction;
+    remove_radial subtract from the update H_k - H_k-1 its component along H_k-1, so the
+                  loop turns the state but cannot change its scale (to first order)."""
+    memory: dict[str, torch.Tensor] = {}
+
     def hook(k: int, h: torch.Tensor) -> torch.Tensor:
-        norm = h.norm(dim=-1, keepdim=True)
         if k == 1:
-            reference["s1"] = norm
+            memory["s1"], memory["prev"] = h.norm(dim=-1, keepdim=True), h
             return h
-        return h * (reference["s1"] / norm.clamp_min(1e-12))
+        prev = memory["prev"]
+        if mode == "freeze_loop1":
+            h = h * (memory["s1"] / h.norm(dim=-1, keepdim=True).clamp_min(1e-12))
+        else:
+            u = prev / prev.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            update = h - prev
+            h = prev + update - (update * u).sum(-1, keepdim=True) * u
+        memory["prev"] = h
+        return h
     return hook
 
 
-def clamp_effect(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                 ce_readout: list[float], h0: torch.Tensor | None = None
-                 ) -> dict[str, dict[str, float]]:
-    """CE of each loop's own readout with the scale clamp, against ce_readout without it
-    (depth_sweep's, which diagnose already measured on the same windows), and their
-    difference: metrics/clamp's ce_readout, ce_readout_clamped and delta_ce."""
-    clamped = depth_sweep(model, x, y, batch_size, h0, clamp_hook({}))["ce_readout"]
-    result: dict[str, dict[str, float]] = {
-        "ce_readout": {}, "ce_readout_clamped": {}, "delta_ce": {}}
-    for k, (ce, ce_clamped) in enumerate(zip(ce_readout, clamped, strict=True), 1):
-        result["ce_readout"][f"k{k}"] = ce
-        result["ce_readout_clamped"][f"k{k}"] = ce_clamped
-        result["delta_ce"][f"k{k}"] = ce_clamped - ce
-    return result
-
-
-def diagnose(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-             ext: Extract, h0: torch.Tensor | None = None) -> dict[str, dict[str, float]]:
-    """The per-cell metrics JSON: for each loop or depth k, CE and perplexity (on x, y),
-    and from the extract the norm statistics, radial fraction and update decomposition.
-
-    Keys are flat and named by loop (e.g. norm_mean.k4, ppl_at_depth.k1) so
-    `dvc metrics show` and `dvc exp show` list them as columns; README lists them all.
-    """
-    metrics: dict[str, dict[str, float]] = {"ppl_at_depth": {}}
-    for name, ce in depth_sweep(model, x, y, batch_size, h0).items():
-        metrics[name] = {f"k{k}": v for k, v in enumerate(ce, 1)}
-    for key, ce in metrics["ce_at_depth"].items():
-        metrics["ppl_at_depth"][key] = math.exp(ce)
-    norms = ext.table.groupby("loop")["norm"]
-    for k, group in norms:
-        for name, value in norm_stats(group.to_numpy(np.float64)).items():
-            metrics.setdefault(f"norm_{name}", {})[f"k{k}"] = value
-    metrics["radial_fraction"] = {f"k{k}": v for k, v in
-                                  enumerate(radial_fractions(model, ext), 1)}
-    metrics.update(update_metrics(ext))
-    return metrics
+@torch.no_grad()
+def clamped_ce(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+               mode: ClampMode, h0: torch.Tensor | None = None) -> np.ndarray:
+    """Per-token CE through each loop's own readout with the scale clamp: shape
+    (K, tokens), tokens in reading order (as Measured.tokens)."""
+    model.eval()
+    k_train = model.cfg.loops
+    rows: list[np.ndarray] = []
+    for i in range(0, len(x), batch_size):
+        xb, yb = x[i:i + batch_size], y[i:i + batch_size]
+        out = model(xb, hook=clamp_hook(mode), read="none", h0=_rows(h0, i, batch_size))
+        rows.append(np.stack([_token_ce(model.read(h, last=k == k_train), yb).double()
+                              .cpu().numpy() for k, h in enumerate(out.states, 1)]))
+    return np.concatenate(rows, axis=1)

@@ -8,7 +8,9 @@ Paper A's looped LM is ``n_prelude = n_coda = 0``, pre-norm blocks, H_0 = embedd
 Paper B's backbone adds a prelude and coda, sandwich blocks, prelude re-injection at
 every loop and a noise initial state. Each loop's state H_k is both read out (so it can
 be supervised) and fed back (so it drives the next loop): the readout option decides
-whether the loss can see the state's scale.
+whether the loss can see the state's scale. An inter-loop norm (paper A's control) sits
+on the recurrent path only: the next loop starts from RMSNorm(H_k) while H_k, as the core
+produced it, is what is read out (LoopedLM.carry).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# hook(k, H_k) -> H_k', called after loop k (1-based) before the state is read out and
-# fed back; used by the scale clamp and other interventions.
+# hook(k, H_k) -> H_k', called after loop k (1-based) before the state is read out,
+# stored and fed back (through LoopedLM.carry); used by the scale clamp and other
+# interventions.
 LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
 # kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.exits); the
 # heads' queries, keys and values of the tokens computed in this call, (B, H, T, d_head).
@@ -35,7 +38,7 @@ BlockKind = Literal["prenorm", "sandwich"]
 Inject = Literal["none", "add", "concat_adapter"]
 StateInit = Literal["embed", "noise"]
 FFN = Literal["gelu", "swiglu"]
-Init = Literal["gpt2", "huginn"]
+Init = Literal["gpt2", "huginn", "paper_a"]
 Read = Literal["all", "last", "none"]  # which loops a forward pass reads out
 
 
@@ -51,11 +54,11 @@ class ModelConfig:
     loops: int = 4
     readout: Readout = "normed"  # raw before the last loop for final_norm
     block: BlockKind = "prenorm"
-    inter_loop_norm: bool = False  # RMSNorm the state between loops
+    inter_loop_norm: bool = False  # RMSNorm what loop k feeds loop k+1 (see LoopedLM.carry)
     inject: Inject = "none"  # prelude output re-injected at every loop
     state_init: StateInit = "embed"  # embed (H_0 = prelude output) | noise
     ffn: FFN = "gelu"  # gelu: two 4d matrices | swiglu: gated, three 4d matrices
-    init: Init = "gpt2"  # weight init and input embedding scale (see LoopedLM.init_weights)
+    init: Init = "gpt2"  # gpt2 | huginn | paper_a: weights, embedding scale (init_weights)
     dropout: float = 0.0
 
 
@@ -233,11 +236,22 @@ class LoopedLM(nn.Module):
         self.init_weights()
 
     def init_weights(self) -> None:
-        """gpt2: N(0, 0.02), output projections of residual branches 0.02 / sqrt(2L).
+        """Initialize the weights by model.init; the norms' gains stay 1 in every scheme.
+
+        gpt2: N(0, 0.02), output projections of residual branches 0.02 / sqrt(2L).
         huginn (Huginn's recipe): truncated normal (+-3 sigma) with sigma = sqrt(2/(5d)),
         output projections sigma / sqrt(2L), embeddings sigma, times sqrt(d) at the input.
-        L = n_prelude + n_core * loops + n_coda, the expected depth in blocks."""
+        L = n_prelude + n_core * loops + n_coda, the expected depth in blocks.
+        paper_a (paper A's reference code): PyTorch's defaults, left as constructed:
+        token and position embeddings N(0, 1) (the tied head shares the token
+        embedding), nn.Linear's kaiming-uniform U(-1/sqrt(fan_in), 1/sqrt(fan_in)), no
+        scaled residual projections, no embedding scale. This matters to paper A, whose
+        H_0 is the embedding: with N(0, 1) coordinates ||H_0|| is about sqrt(2d) (token
+        plus position), 1/0.02 = 50 times gpt2's 0.02 * sqrt(2d), so the scale the loops
+        carry, the quantity paper A studies, starts where the reference's does."""
         cfg = self.cfg
+        if cfg.init == "paper_a":
+            return
         n_layers = cfg.n_prelude + cfg.n_core * cfg.loops + cfg.n_coda
         std = 0.02 if cfg.init == "gpt2" else math.sqrt(2 / (5 * cfg.d_model))
         for name, module in self.named_modules():
@@ -293,17 +307,36 @@ class LoopedLM(nn.Module):
         nn.init.trunc_normal_(noise, std=std, a=-3 * std, b=3 * std, generator=generator)
         return noise * math.sqrt(self.cfg.d_model)
 
+    def carry(self, h: torch.Tensor, first: bool | torch.Tensor = False) -> torch.Tensor:
+        """What a loop starts from: carry(H_0, first=True) for loop 1, carry(H_k) for
+        loop k + 1, where H_k is loop k's state as step returned it (after any hook).
+
+        With model.inter_loop_norm, loop k + 1 starts from RMSNorm(H_k), as in paper
+        A's reference code; H_k itself is what is read out, stored, logged and
+        penalized, so the loss still sees its scale while the recurrent path does not.
+        Loop 1 starts from H_0 as it is (no norm before the first loop). Without the
+        norm, h itself. first: True for H_0, or a bool tensor (h.shape[:-1]) where
+        tokens at different loops share one call (the runtime's decoding)."""
+        if self.loop_norm is None or first is True:
+            return h
+        normed = self.loop_norm(h)
+        if first is False:
+            return normed
+        return torch.where(first[..., None], h, normed)
+
     def step(self, h: torch.Tensor, e: torch.Tensor, kvs: list[KV] | None = None
              ) -> torch.Tensor:
-        """One loop: re-inject the prelude output, apply the shared core, and the
-        inter-loop norm if any. kvs: one attention override per core block."""
+        """One loop: re-inject the prelude output, apply the shared core. h is the
+        loop's input, carry(...) of the previous state (see carry); returns the loop's
+        state H_k, before any inter-loop norm. kvs: one attention override per core
+        block."""
         if self.cfg.inject == "add":
             h = h + e
         elif self.cfg.inject == "concat_adapter":
             h = self.adapter(torch.cat([h, e], dim=-1))
         for i, block in enumerate(self.core):
             h = block(h, kvs[i] if kvs is not None else None)
-        return self.loop_norm(h) if self.loop_norm is not None else h
+        return h
 
     def forward(
         self,
@@ -330,7 +363,7 @@ class LoopedLM(nn.Module):
         states, logits = [], []
         for k in range(1, sched.loops + 1):
             with torch.set_grad_enabled(torch.is_grad_enabled() and k > sched.frozen):
-                h = self.step(h, e)
+                h = self.step(self.carry(h, first=k == 1), e)
             if hook is not None:
                 h = hook(k, h)
             states.append(h)

@@ -62,10 +62,14 @@ class ExtractConfig:
 
 @dataclass
 class DiagnoseConfig:
-    """How much validation text the depth sweep, clamp and timing read."""
+    """How much validation text the depth sweep, clamp and timing read, how deep the
+    sweep runs, and the intervals and margin of paper A's verdicts."""
 
     val_sequences: int = 64
     batch_size: int = 16
+    loops: int = 30  # the depth sweep runs this many loops (at least the cell's K)
+    bootstrap: int = 1000  # document resamples behind every paper A interval
+    margin_nats: float = 0.01  # a claim of no effect holds inside +-this (nats)
     timing_repeats: int = 3  # throughput: rounds (every cell and depth once); median
     timing_windows: int = 32  # throughput: the first this many of the windows are timed
 
@@ -283,6 +287,8 @@ def _check_ranges(section: str, obj: Any) -> None:
         req("grad_clip", obj.grad_clip > 0, "> 0")
         req("warmup_steps", obj.warmup_steps >= 0, ">= 0")
         req("min_lr_ratio", 0.0 <= obj.min_lr_ratio <= 1.0, "in [0, 1]")
+        req("betas", len(obj.betas) == 2 and all(0.0 <= b < 1.0 for b in obj.betas),
+            "two numbers in [0, 1), AdamW's [beta1, beta2]")
         req("seed", obj.seed >= 0, ">= 0")
     elif isinstance(obj, (ExtractConfig, DiagnoseConfig)):
         req("val_sequences", obj.val_sequences >= 1, ">= 1")
@@ -290,6 +296,9 @@ def _check_ranges(section: str, obj: Any) -> None:
         if isinstance(obj, DiagnoseConfig):
             req("timing_repeats", obj.timing_repeats >= 1, ">= 1")
             req("timing_windows", obj.timing_windows >= 1, ">= 1")
+            req("loops", 1 <= obj.loops <= 1000, "in [1, 1000]")
+            req("bootstrap", obj.bootstrap >= 100, ">= 100 (fewer gives unstable intervals)")
+            req("margin_nats", obj.margin_nats > 0, "> 0")
     elif isinstance(obj, ConvergenceConfig):
         req("depth_factor", obj.depth_factor >= 1, ">= 1")
         req("epsilon", obj.epsilon > 0, "> 0")

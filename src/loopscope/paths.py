@@ -81,12 +81,6 @@ def extract_dir(cell: str, tag: str) -> Path:
     return EXTRACTS / cell / tag
 
 
-def extract_runs(cell: str) -> list[Path]:
-    """The extract folders of a cell's runs, in seed order."""
-    dirs = (EXTRACTS / cell).glob(f"{SEED_PREFIX}*")
-    return sorted(dirs, key=lambda p: int(p.name.removeprefix(SEED_PREFIX)))
-
-
 def metrics_file(kind: str, cell: str) -> Path:
     return METRICS / kind / f"{cell}.json"
 

@@ -204,7 +204,7 @@ def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
     for loop in range(1, cap + 1):
         for kv in kvs:
             kv.active = active
-        new = model.step(h, e, kvs)
+        new = model.step(model.carry(h, first=loop == 1), e, kvs)
         last_angle = torch.where(active, angle(h, new), last_angle)
         h = torch.where(active[..., None], new, h)
         if loop == cap or not policy.checks_at(loop):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import os
 import subprocess
 import tempfile
@@ -12,15 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pandas as pd
 import papermill as pm
 import torch
 from jupyter_client.manager import KernelManager
 from nbconvert import HTMLExporter
 
 from loopscope import paths
-from loopscope.config import CellConfig
+from loopscope.claims import CellA
+from loopscope.config import CellConfig, load_cell
 from loopscope.depth import SAMPLERS
-from loopscope.errors import atomic_write_bytes
+from loopscope.errors import atomic_write_bytes, require_output
 
 
 def cell_group(cell: CellConfig) -> str:
@@ -33,6 +36,37 @@ def cell_group(cell: CellConfig) -> str:
     if m.inter_loop_norm or t.norm_penalty > 0 or m.readout == "raw":
         return "scale-controlled"
     return "normed baseline" if m.readout == "normed" else "final-norm only"
+
+
+def recipe(cell: CellConfig) -> str:
+    """A label for a cell's training recipe (init, schedule, AdamW betas, what weight
+    decay applies to): paper A's cells are compared within one recipe."""
+    m, t = cell.model, cell.train
+    warm = f", warm-up {t.warmup_steps}" if t.warmup_steps else ""
+    return (f"init {m.init}, {t.schedule} lr {t.lr:g}{warm}, betas {t.betas[0]:g}/"
+            f"{t.betas[1]:g}, decay on {t.decay_on}")
+
+
+def paper_a_cells(cells: list[str]) -> dict[str, CellA]:
+    """claims.CellA of each cell, read from configs/, tables/diagnose, tables/sweep,
+    metrics/clamp and metrics/throughput (a missing file names the stage to run)."""
+    def table(kind: str, cell: str) -> pd.DataFrame:
+        return pd.read_parquet(require_output(paths.table_file(kind, cell),
+                                              f"diagnose@{cell}"))
+
+    def metrics(kind: str, cell: str) -> dict[str, Any]:
+        path = paths.metrics_file(kind, cell)
+        stage = kind if kind == "throughput" else f"{kind}@{cell}"
+        return json.loads(require_output(path, stage).read_text())
+
+    out = {}
+    for c in cells:
+        cfg = load_cell(paths.config_file(c))
+        speed = metrics("throughput", c)
+        out[c] = CellA(cell_group(cfg), cfg.train.loss, cfg.model.readout, recipe(cfg),
+                       cfg.model.loops, table("diagnose", c), table("sweep", c),
+                       metrics("clamp", c), speed["tokens_per_s"], speed["flops_per_token"])
+    return out
 
 
 def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str | None]:

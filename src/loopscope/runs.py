@@ -19,10 +19,11 @@ from loopscope import compute, memory, paths
 from loopscope.checkpoint import load_model
 from loopscope.config import CellConfig
 from loopscope.data import (
+    check_context,
     document_ids,
+    load_meta,
     load_tokenizer,
     load_tokens,
-    val_windows,
     window_sets,
     windows_at,
 )
@@ -47,6 +48,11 @@ class Run:
     compute: compute.Compute
     val: Tensor  # every validation token, on the CPU
     h0: Tensor | None = None
+    docs: np.ndarray | None = None  # the document each of x's windows starts in
+
+    def token_docs(self) -> np.ndarray:
+        """The document of every token of x, in reading order (for intervals)."""
+        return np.repeat(self.docs, self.x.shape[1])
 
     def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
         """Paper B's three disjoint sets of `per_set` windows each (probe training,
@@ -95,9 +101,11 @@ def initial_states(model: LoopedLM, starts: np.ndarray, seed: int) -> Tensor | N
     return torch.cat(rows).to(weight.device)
 
 
-def trained_runs(name: str, val_sequences: int = 1) -> Iterator[Run]:
-    """Each trained run of cell `name`, with the first val_sequences validation windows
-    as data (the same for every cell and seed).
+def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences"
+                 ) -> Iterator[Run]:
+    """Each trained run of cell `name`, with val_sequences validation windows as data,
+    spread evenly over the whole split (every document contributes) and the same for
+    every cell and seed; what: the param behind val_sequences, for errors.
 
     Seeds torch with the run's seed before yielding; a noise initial state comes from
     initial_states, the same in every stage for the same window. Bounds the heap first
@@ -109,16 +117,20 @@ def trained_runs(name: str, val_sequences: int = 1) -> Iterator[Run]:
         raise CheckpointError(f"{paths.model_dir(name)}/: no trained runs; run "
                               f"`dvc repro train@{name}`.")
     tokens = torch.from_numpy(load_tokens(paths.PREPARED, "val"))
+    eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
     for path in files:
         model, cell = load_model(path)
         run_on = compute.resolve(cell.train)
         torch.manual_seed(cell.train.seed)
         torch.set_num_threads(cell.train.threads)
         model.to(run_on.device)
-        x, y = val_windows(tokens, cell.model.context, val_sequences)
-        starts = np.arange(len(x)) * cell.model.context
+        context = cell.model.context
+        check_context(load_meta(paths.PREPARED), context)
+        (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
+        x, y = windows_at(tokens, context, starts)
         yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device), run_on,
-                  tokens, initial_states(model, starts, cell.train.seed))
+                  tokens, initial_states(model, starts, cell.train.seed),
+                  document_ids(tokens, eos, starts))
 
 
 def mean_over_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -116,14 +116,16 @@ def _kv(model: LoopedLM, b: int, t: int, like: torch.Tensor, blocks: int) -> lis
 
 
 class Scorer:
-    """The state of one scoring batch: every token's current state, the prelude output,
-    and the core's (and a one-block coda's) key/value buffers."""
+    """The state of one scoring batch: every token's current state (H_k as read out;
+    the next loop starts from model.carry of it), the prelude output, the loops run, and
+    the core's (and a one-block coda's) key/value buffers."""
 
     def __init__(self, model: LoopedLM, idx: torch.Tensor, h0: torch.Tensor | None) -> None:
         self.model, (self.b, self.t) = model, idx.shape
         e = model.inputs(idx)
         self.h = (model.initial_state(e) if h0 is None else h0.to(e.dtype)).flatten(0, 1).clone()
         self.e = e.flatten(0, 1)
+        self.loops = 0
         self.core = _kv(model, self.b, self.t, self.h, len(model.core))
         self.coda = _kv(model, self.b, self.t, self.h, 1) if len(model.coda) == 1 else None
 
@@ -131,12 +133,14 @@ class Scorer:
         """One loop for the tokens of the layout; the others keep their state."""
         for kv in self.core:
             kv.layout = lay
+        first, self.loops = self.loops == 0, self.loops + 1
         if lay.full:
-            out = self.model.step(self.h.view(self.b, self.t, -1),
-                                  self.e.view(self.b, self.t, -1), self.core)
+            h = self.model.carry(self.h.view(self.b, self.t, -1), first)
+            out = self.model.step(h, self.e.view(self.b, self.t, -1), self.core)
             self.h.copy_(out.flatten(0, 1))
             return
-        out = self.model.step(self.h[lay.idx][None], self.e[lay.idx][None], self.core)
+        h = self.model.carry(self.h[lay.idx][None], first)
+        out = self.model.step(h, self.e[lay.idx][None], self.core)
         self.h.index_copy_(0, lay.idx, out[0])
 
     def logits(self, lay: Layout) -> torch.Tensor:
@@ -276,7 +280,8 @@ def generate(model: LoopedLM, tokens: torch.Tensor, policy: Policy, cap: int,
             e[start] = x[:, 0]
             h[start] = (model.initial_state(x)[:, 0] if h0 is None else h0[start, p])
         _point(core, live, loop[live], pos[live])
-        h[live] = model.step(h[live][:, None], e[live][:, None], core)[:, 0]
+        x = model.carry(h[live][:, None], first=(loop[live] == 0)[:, None])  # H_0 at loop 1
+        h[live] = model.step(x, e[live][:, None], core)[:, 0]
         loop[live] += 1
         checking = live[(loop[live] < cap)
                         & torch.tensor([policy.checks_at(int(i)) for i in loop[live]],

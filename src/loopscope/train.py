@@ -84,9 +84,12 @@ def train_steps(cfg: TrainConfig, n_tokens: int, context: int) -> int:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio * lr."""
+    """Linear warm-up over train.warmup_steps (none at 0), then by train.schedule:
+    cosine decay to min_lr_ratio * lr at the last step, or constant lr."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
     span = max(1, cfg.steps - cfg.warmup_steps)
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     ratio = cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
@@ -123,13 +126,18 @@ def _log(live: Any, row: dict[str, float]) -> None:
 
 
 def optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on gains and biases)."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    """AdamW with train.betas; weight decay on the matrices only (decay_on: matrices; the
+    gains and biases are in a group without it) or on every parameter (decay_on: all,
+    norm gains and embeddings included, as paper A's reference code has it)."""
+    def decayed(p: torch.nn.Parameter) -> bool:
+        return cfg.decay_on == "all" or p.dim() >= 2
+
+    decay = [p for p in model.parameters() if decayed(p)]
+    no_decay = [p for p in model.parameters() if not decayed(p)]
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay},
          {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95))
+        lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]))
 
 
 def _rng_states(device: torch.device) -> list[dict[str, torch.Tensor]]:
@@ -268,9 +276,11 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     model.to(device)
     _optimizer_to(opt, device)
     forward = model
-    if size > 1:
-        forward = torch.nn.parallel.DistributedDataParallel(  # a raw readout never uses
-            model, find_unused_parameters=cell.model.readout == "raw")  # the final norm
+    if size > 1:  # a raw readout never uses the final norm; a one-loop step, the
+        unused = (cell.model.readout == "raw"  # inter-loop norm (it feeds loop 2 on)
+                  or cell.model.inter_loop_norm and (depth.varies or cell.model.loops == 1))
+        forward = torch.nn.parallel.DistributedDataParallel(
+            model, find_unused_parameters=unused)
     if cfg.compile:
         forward = torch.compile(forward)
     read = READS[cfg.loss]
