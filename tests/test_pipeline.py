@@ -24,8 +24,19 @@ def sh_env() -> dict[str, str]:
             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
 
-def sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(cmd, cwd=cwd, env=sh_env(), capture_output=True, text=True)
+def sh(cmd: list[str], cwd: Path, check: bool = True, timeout: float | None = None,
+       tries: int = 1) -> subprocess.CompletedProcess:
+    """Run cmd in cwd. timeout and tries are for read-only queries: `dvc plots diff` of
+    two experiments once deadlocked (two threads in a futex wait, 8 minutes, under a
+    loaded CPU) and ran in 4 s when rerun, so such a query is retried, not waited on."""
+    for attempt in range(tries):
+        try:
+            result = subprocess.run(cmd, cwd=cwd, env=sh_env(), capture_output=True,
+                                    text=True, timeout=timeout)
+            break
+        except subprocess.TimeoutExpired:
+            if attempt == tries - 1:
+                raise
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
     return result
@@ -179,7 +190,8 @@ def test_plots_cover_every_cell_and_diff_overlays_experiments(repo):
     """dvc.yaml's top-level plots: `dvc plots show` draws every cell in one plot per
     figure, and `dvc plots diff` of two experiments (the queued sweep's) carries both
     revisions, with the norm-penalty cell's norms different between them."""
-    shown = json.loads(sh(["dvc", "plots", "show", "--json"], repo).stdout)["data"]
+    shown = json.loads(sh(["dvc", "plots", "show", "--json"], repo, timeout=180, tries=2)
+                       .stdout)["data"]
     figures = [k for k in shown if "(paper" in k]
     assert len(figures) == 8, figures
     rows = shown["Hidden-state norm vs loop (paper A)"][0]["content"]["data"]["values"]
@@ -187,7 +199,8 @@ def test_plots_cover_every_cell_and_diff_overlays_experiments(repo):
     frontier = shown["Policy frontier, CE vs mean loops (paper B)"][0]["content"]
     assert {r["series"].split()[0] for r in frontier["data"]["values"]} == {"backbone"}
     revs = ["pen0.001", "pen0.01"]  # test_queued_sweep_runs_in_two_workers ran them
-    diff = json.loads(sh(["dvc", "plots", "diff", *revs, "--json"], repo).stdout)
+    diff = json.loads(sh(["dvc", "plots", "diff", *revs, "--json"], repo, timeout=180,
+                         tries=2).stdout)
     norm = diff["data"]["Hidden-state norm vs loop (paper A)"][0]["content"]["data"]["values"]
     assert {r["rev"] for r in norm} == set(revs)
     by_rev = [{r["loop"]: float(r["norm"]) for r in norm

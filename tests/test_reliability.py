@@ -155,7 +155,8 @@ COLLAPSE_MESSAGE = re.compile(
     r"([0-9., ]+); every token on one state\) and the final loop's CE \(([0-9.]+)\) no "
     r"better than predicting the batch's target frequencies for every token "
     r"\(([0-9.]+)\), while the loss stayed finite \(([0-9.]+)\); lower train.lr or raise "
-    r"train.warmup_steps. No model was saved.")
+    r"train.warmup_steps \(or set train.collapse_guard: false to train on and measure the "
+    r"collapsed model\). No model was saved.")
 
 
 def test_silent_collapse_stops_training_like_a_nan():
@@ -169,6 +170,12 @@ def test_silent_collapse_stops_training_like_a_nan():
     assert float(found.group(4)) >= float(found.group(5))  # no better than a constant
     losses = [v for _, name, v in live.rows if name == "train/loss"]
     assert all(math.isfinite(v) for v in losses) and math.isfinite(float(found.group(6)))
+
+
+def test_collapse_guard_off_trains_the_collapsing_cell_to_the_end():
+    live = RecordingLive()
+    train_cell(cell(**COLLAPSING, collapse_guard=False), corpus(), live)  # no CollapseError
+    assert max(v for _, name, v in live.rows if name == "train/state_cosine") > COLLAPSE_COSINE
 
 
 def test_the_same_backbone_at_a_sane_lr_stays_far_below_the_threshold():

@@ -53,6 +53,7 @@ class TrainConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.95])  # AdamW's (beta1, beta2)
     weight_decay: float = 0.01
     decay_on: DecayOn = "matrices"  # matrices (not gains, biases) | all: every parameter
+    collapse_guard: bool = True  # stop a run whose states collapse (train.check_collapse)
     grad_clip: float = 1.0
     seed: int = 42
     threads: int = 2

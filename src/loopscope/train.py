@@ -322,7 +322,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             row["train/target_entropy"] = target_entropy(y, cell.model.vocab_size, device)
             history.append(row)
             _log(live, row)
-            check_collapse(cell.cell, history, cfg, lr, loss_value)
+            if cfg.collapse_guard:
+                check_collapse(cell.cell, history, cfg, lr, loss_value)
         done = step + 1
         if resume is not None and done % cfg.checkpoint_every == 0 and done < cfg.steps:
             rngs = _rng_states(device)  # every process takes part
@@ -371,7 +372,8 @@ def check_collapse(name: str, history: list[dict[str, float]], cfg: TrainConfig,
         f"loop's CE ({end['train/ce_last']:.3f}) no better than predicting the batch's "
         f"target frequencies for every token ({end['train/target_entropy']:.3f}), while "
         f"the loss stayed finite ({loss:.3f}); lower train.lr or raise "
-        "train.warmup_steps. No model was saved.")
+        "train.warmup_steps (or set train.collapse_guard: false to train on and measure "
+        "the collapsed model). No model was saved.")
 
 
 def _optimizer_to(opt: torch.optim.Optimizer, device: torch.device) -> None:
