@@ -1,15 +1,14 @@
-"""The trained runs of a cell, ready to measure, and the mean of their metrics.
+"""The trained runs of a cell, ready to measure.
 
 A cell trains once per seed; every stage that measures a cell (extract, diagnose,
 clamp, ...) measures each run on the same validation windows, on the device the cell
-trained on, and reports the mean over runs.
+trained on, and pools the runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +34,22 @@ SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
 
 
 @dataclass
+class Windows:
+    """Validation windows (inputs, targets on the run's device), where they start, the
+    document each starts in, and their initial states (None: H_0 is the embedding)."""
+
+    x: Tensor
+    y: Tensor
+    starts: np.ndarray
+    docs: np.ndarray
+    h0: Tensor | None
+
+    def token_docs(self) -> np.ndarray:
+        """The document of every token, in reading order (for intervals)."""
+        return np.repeat(self.docs, self.x.shape[1])
+
+
+@dataclass
 class Run:
     """One trained run of a cell: its tag (seed<N>), the model in eval mode on the run's
     device, its config, the validation inputs and targets on that device, and their
@@ -50,9 +65,7 @@ class Run:
     h0: Tensor | None = None
     docs: np.ndarray | None = None  # the document each of x's windows starts in
 
-    def token_docs(self) -> np.ndarray:
-        """The document of every token of x, in reading order (for intervals)."""
-        return np.repeat(self.docs, self.x.shape[1])
+    token_docs = Windows.token_docs  # the document of every token of x
 
     def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
         """Paper B's three disjoint sets of `per_set` windows each (probe training,
@@ -67,22 +80,6 @@ class Run:
             out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
                                 document_ids(self.val, eos, at), h0)
         return out
-
-
-@dataclass
-class Windows:
-    """Validation windows (inputs, targets on the run's device), where they start, the
-    document each starts in, and their initial states (None: H_0 is the embedding)."""
-
-    x: Tensor
-    y: Tensor
-    starts: np.ndarray
-    docs: np.ndarray
-    h0: Tensor | None
-
-    def token_docs(self) -> np.ndarray:
-        """The document of every token, in reading order (for intervals)."""
-        return np.repeat(self.docs, self.x.shape[1])
 
 
 @torch.no_grad()
@@ -131,11 +128,3 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
         yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device), run_on,
                   tokens, initial_states(model, starts, cell.train.seed),
                   document_ids(tokens, eos, starts))
-
-
-def mean_over_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Average metrics dicts of the same shape (one per seed), leaf by leaf."""
-    first = runs[0]
-    if isinstance(first, dict):
-        return {key: mean_over_runs([r[key] for r in runs]) for key in first}
-    return sum(runs) / len(runs)
