@@ -39,9 +39,8 @@ def main() -> None:
                             f"`dvc repro diagnose@{name}`.")
         unclamped = np.stack([mine[f"ce_{k}"].to_numpy() for k in range(1, loops + 1)])
         for mode in CLAMP_MODES:
-            with r.compute.autocast():
-                deltas[mode].append(clamped_ce(r.model, r.x, r.y, params.batch_size, mode,
-                                               r.h0) - unclamped)
+            deltas[mode].append(clamped_ce(r.model, r.x, r.y, params.batch_size, mode,
+                                           r.h0) - unclamped)
         docs.append(r.token_docs())
     doc = np.concatenate(docs)
     result = {}

@@ -1,10 +1,16 @@
 """Stage configure: validate params.yaml and resolve every cell to configs/<cell>.json.
 
 Each train@<cell> stage depends on its own file, so a param change reruns exactly
-the cells whose resolved config changed.
+the cells whose resolved config changed. train.precision auto is written as what it
+resolves to on this machine (loopscope.compute.precision_of), and the stage runs on
+every `dvc repro` (always_changed: it takes a second), so on a machine that resolves auto
+differently the file changes and the cell retrains instead of reusing results made at
+another precision; where nothing changed the files are byte-identical and nothing reruns.
 """
 
-from loopscope import paths
+import dataclasses
+
+from loopscope import compute, paths
 from loopscope.errors import atomic_write_bytes, run
 from loopscope.params import load_params, resolve_cell
 
@@ -12,9 +18,14 @@ from loopscope.params import load_params, resolve_cell
 def main() -> None:
     params = load_params()
     paths.CONFIGS.mkdir(parents=True, exist_ok=True)
+    resolved = {}
     for name in params.cells:
-        atomic_write_bytes(paths.config_file(name), resolve_cell(params, name).to_json().encode())
-    print(f"configure: {len(params.cells)} cells -> {paths.CONFIGS}/")
+        cell = resolve_cell(params, name)
+        cell.train = dataclasses.replace(cell.train, precision=compute.precision_of(cell.train))
+        resolved[cell.train.precision] = resolved.get(cell.train.precision, 0) + 1
+        atomic_write_bytes(paths.config_file(name), cell.to_json().encode())
+    where = ", ".join(f"{n} {p}" for p, n in resolved.items())
+    print(f"configure: {len(params.cells)} cells ({where}) -> {paths.CONFIGS}/")
 
 
 if __name__ == "__main__":

@@ -41,10 +41,9 @@ def main() -> None:
         report = r.window_sets(cfg.windows, "convergence.windows")["report"]
         reference = r.cell.model.loops
         depth = cfg.depth_factor * reference
-        with r.compute.autocast():
-            traj = trajectory(r.model, report.x, report.y, report.h0, depth, batch)
-            exits.append(evaluate(r.model, report.x, report.y, report.h0,
-                                  KL(params.policies.cross_epsilon), depth, batch))
+        traj = trajectory(r.model, report.x, report.y, report.h0, depth, batch)
+        exits.append(evaluate(r.model, report.x, report.y, report.h0,
+                              KL(params.policies.cross_epsilon), depth, batch))
         trajs.append(traj)
         docs.append(report.token_docs())
         tokens = report.x.flatten().cpu().numpy()

@@ -30,8 +30,7 @@ def main() -> None:
     for r in trained_runs(name, params.val_sequences):
         memory.check_forward(r.cell, r.compute, params.batch_size, "diagnose.batch_size",
                              "diagnose", reads=False)
-        with r.compute.autocast():
-            m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.loops, r.h0)
+        m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.loops, r.h0)
         m.tokens.insert(0, "seed", r.cell.train.seed)
         runs.append(m)
     batch = [sum(v) / len(runs) for v in zip(*(m.radial_batch for m in runs), strict=True)]

@@ -17,8 +17,7 @@ def main() -> None:
         out = paths.extract_dir(name, r.tag)
         memory.check_forward(r.cell, r.compute, params.extract.batch_size,
                              "extract.batch_size", "extract", reads=False)
-        with r.compute.autocast():
-            ext = write_extract(r.model, r.x, r.y, params.extract.batch_size, out, name, r.h0)
+        ext = write_extract(r.model, r.x, r.y, params.extract.batch_size, out, name, r.h0)
         print(f"extract {name} {r.tag}: {ext.meta['tokens']:,} tokens x "
               f"{ext.meta['loops'] + 1} states -> {out}/")
 

@@ -36,19 +36,18 @@ def main() -> None:
     for r in trained_runs(name):
         sets = r.window_sets(params.convergence.windows, "convergence.windows")
         reference = r.cell.model.loops
-        with r.compute.autocast():
-            probe_set = sets["probe"]
-            probe = fit_probe(trajectory(r.model, probe_set.x, probe_set.y, probe_set.h0,
-                                         reference, batch, keep_states=reference - 1),
-                              reference)
-            for s in ("choose", "report"):
-                w = sets[s]
-                uniform[s].append(trajectory(r.model, w.x, w.y, w.h0, reference, batch).ce)
-                for rule, threshold in tqdm(settings(grids), desc=f"policies {name} {s}",
-                                            unit="setting", mininterval=5):
-                    policy = make(rule, threshold, cfg.first, cfg.every, probe)
-                    results[(rule, threshold)][s].append(
-                        evaluate(r.model, w.x, w.y, w.h0, policy, reference, batch))
+        probe_set = sets["probe"]
+        probe = fit_probe(trajectory(r.model, probe_set.x, probe_set.y, probe_set.h0,
+                                     reference, batch, keep_states=reference - 1),
+                          reference)
+        for s in ("choose", "report"):
+            w = sets[s]
+            uniform[s].append(trajectory(r.model, w.x, w.y, w.h0, reference, batch).ce)
+            for rule, threshold in tqdm(settings(grids), desc=f"policies {name} {s}",
+                                        unit="setting", mininterval=5):
+                policy = make(rule, threshold, cfg.first, cfg.every, probe)
+                results[(rule, threshold)][s].append(
+                    evaluate(r.model, w.x, w.y, w.h0, policy, reference, batch))
         docs.append(sets["report"].token_docs())
     metrics, rows = summarize(
         r.model, {s: np.concatenate(v, axis=1) for s, v in uniform.items()},

@@ -1,7 +1,8 @@
 """Stage throughput: inference tokens/s of every cell at every depth K = 1..K_train on
 diagnose.timing_windows validation windows (spread over the split), all cells timed in this one
 process, interleaved over diagnose.timing_repeats rounds, median; and forward FLOPs per
-token beside it (the frontier's cost axis).
+token beside it (the frontier's cost axis). Each cell is timed in the precision it
+trained in (bf16 autocast or fp32: loopscope.compute), which its metrics name.
 
 Writes metrics/throughput/<cell>.json. A timing (it varies from run to run), so it is
 kept apart from the reproducible metrics; the first seed's model of each cell is timed
@@ -17,10 +18,11 @@ from loopscope.runs import trained_runs
 
 def main() -> None:
     params = load_params()
-    jobs, flops = {}, {}
+    jobs, flops, precision = {}, {}, {}
     for name in params.cells:
         r = next(trained_runs(name, params.diagnose.timing_windows, "diagnose.timing_windows"))
-        jobs[name] = Timed(r.model, r.x, r.cell.model.loops, r.h0, r.compute.autocast)
+        jobs[name] = Timed(r.model, r.x, r.cell.model.loops, r.h0, r.trained.autocast)
+        precision[name] = r.trained.precision
         cost = r.model.cost()
         flops[name] = {f"k{k}": cost.uniform(k) for k in range(1, r.cell.model.loops + 1)}
     print(f"throughput: timing {len(jobs)} cells, {params.diagnose.timing_repeats} "
@@ -28,9 +30,11 @@ def main() -> None:
     speeds = throughput(jobs, params.diagnose.batch_size, params.diagnose.timing_repeats)
     for name, speed in speeds.items():
         write_json(paths.metrics_file("throughput", name),
-                   {"tokens_per_s": speed, "flops_per_token": flops[name]})
+                   {"tokens_per_s": speed, "flops_per_token": flops[name],
+                    "precision": precision[name]})
         last = f"k{jobs[name].loops}"
-        print(f"throughput {name}: {speed[last]:,.0f} tokens/s at K = {jobs[name].loops}")
+        print(f"throughput {name}: {speed[last]:,.0f} tokens/s at K = {jobs[name].loops} "
+              f"({precision[name]})")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The training benchmark's bookkeeping (its speeds are measured, never asserted): the
-FLOPs per step follow the loop schedule, and the JSON relates its numbers."""
+FLOPs per step follow the loop schedule and the sampled depth, each precision is read
+against its own roof, and the JSON relates its numbers."""
 
 import dataclasses
 import math
@@ -10,9 +11,10 @@ import torch
 from conftest import TINY
 
 from loopscope.bench import Reference, step_flops, train
+from loopscope.depth import sampler
 from loopscope.errors import ParamsError
 from loopscope.model import LoopedLM
-from loopscope.params import load_params
+from loopscope.params import load_params, resolve_cell
 
 MICRO = Path(__file__).parent / "micro_params.yaml"
 
@@ -36,15 +38,43 @@ def test_reference_reads_out_the_same_loops_as_looped_lm():
     assert ref(x, TINY.loops, "last", 0)[0].shape == (2, TINY.context, TINY.vocab_size)
 
 
-def test_train_benchmark_reports_speeds_and_their_ratio():
+def test_train_benchmark_reports_each_precision_against_its_own_roof():
     params = load_params(MICRO)
-    result = train(params, ["perloop_normed", "backbone"], steps=1, repeats=1, matmul=64)
+    result = train(params, ["perloop_normed", "backbone"], steps=3, repeats=2, matmul=64,
+                   precisions=["fp32", "bf16"])
     assert set(result["cells"]) == {"perloop_normed", "backbone"}
     for row in result["cells"].values():
-        assert row["ratio_to_matmul"] == pytest.approx(row["gflops"] / row["matmul_gflops"])
-        assert all(math.isfinite(row[k]) and row[k] > 0 for k in
-                   ("tokens_per_s", "gflops", "reference_tokens_per_s", "reference_gflops"))
-    assert result["profile"]["top_ops"] and result["profile"]["cell"] == "perloop_normed"
+        for p in ("fp32", "bf16"):
+            assert row[p]["ratio_to_matmul"] == pytest.approx(
+                row[p]["gflops"] / row["matmul_gflops"][p])
+            assert all(math.isfinite(row[p][k]) and row[p][k] > 0 for k in
+                       ("tokens_per_s", "gflops", "speedup_vs_fp32"))
+            assert len(row["round_seconds"][p]) == 2  # per-round times kept
+        assert row["fp32"]["speedup_vs_fp32"] == 1.0
+        assert row["reference_fp32"]["tokens_per_s"] > 0
+    # the backbone steps at the depths its sampler draws, as training does
+    backbone = result["cells"]["backbone"]
+    cell = resolve_cell(params, "backbone")
+    drawn = sampler(cell.train, cell.model.loops)
+    assert backbone["depths"] == [drawn.sample() for _ in range(3)]
+    assert backbone["flops_per_token"] == pytest.approx(sum(
+        step_flops(cell.model, "last", cell.train.backprop_loops, r)
+        for r in backbone["depths"]) / 3)
+    prof = result["profile"]
+    assert prof["precision"] == "bf16" and prof["top_ops"]
+    assert set(prof["phases"]) == {"forward", "backward", "optimizer"}
+    assert 0.5 < sum(prof["phases"].values()) <= 1.05  # the phases make up the step
+
+
+def test_train_benchmark_times_the_precisions_it_is_given():
+    result = train(load_params(MICRO), ["perloop_normed"], steps=1, repeats=1, matmul=64,
+                   precisions=["fp32"])
+    row = result["cells"]["perloop_normed"]
+    assert "bf16" not in row and set(row["matmul_gflops"]) == {"fp32"}
+    assert result["profile"]["precision"] == "fp32"
+    with pytest.raises(ParamsError, match="--precisions: 'fp16'"):
+        train(load_params(MICRO), ["perloop_normed"], steps=1, repeats=1, matmul=64,
+              precisions=["fp16"])
 
 
 def test_an_unknown_cell_is_named():

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from loopscope import compute
+from loopscope.config import TrainConfig
+
 ROOT = Path(__file__).resolve().parents[1]
 # Paper A's normed and raw readouts, both loss placements, and paper B's backbone.
 CELLS = ["terminal_normed", "perloop_normed", "perloop_raw", "backbone"]
@@ -126,10 +129,27 @@ def test_repro_writes_report_and_finite_metrics(repo):
                for row in headline.values() for k, v in row.items())
 
 
-def test_second_repro_runs_nothing(repo):
+def test_second_repro_runs_nothing_but_configure(repo):
+    """configure runs every time (train.precision auto resolves on the machine); its
+    files come out byte-identical, so nothing after it reruns."""
     out = sh(["dvc", "repro"], repo).stdout
-    assert "Running stage" not in out
-    assert "up to date" in sh(["dvc", "status"], repo).stdout
+    ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
+    assert ran == {"configure"}, out
+    status = sh(["dvc", "status", "--json"], repo).stdout
+    assert json.loads(status) == {"configure": ["always changed"]}, status
+
+
+def test_cells_record_the_precision_they_trained_and_were_timed_in(repo):
+    """configure writes auto as what it resolves to here; throughput times each cell in
+    that precision and says which; the reports' provenance names it."""
+    expected = compute.precision_of(TrainConfig())  # micro params: device, precision auto
+    for cell in CELLS:
+        config = json.loads((repo / "configs" / f"{cell}.json").read_text())
+        assert config["train"]["precision"] == expected
+        timed = json.loads((repo / "metrics" / "throughput" / f"{cell}.json").read_text())
+        assert timed["precision"] == expected
+    index = (repo / "reports" / "html" / "index.html").read_text()
+    assert f"{expected} (measured in fp32)" in index
 
 
 def test_one_cell_change_reruns_that_cell_only(repo):

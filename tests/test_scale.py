@@ -3,6 +3,7 @@ data-parallel training under torchrun (gloo on CPU)."""
 
 import json
 import os
+import runpy
 import statistics
 import subprocess
 import sys
@@ -14,13 +15,18 @@ from conftest import BACKBONE
 from conftest import TINY as MODEL
 from conftest import tiny_corpus as corpus
 
-from loopscope import compute
+from loopscope import compute, paths
+from loopscope.checkpoint import save_model
 from loopscope.config import CellConfig, TrainConfig
-from loopscope.data import Batches, steps_for_epochs, train_windows
+from loopscope.data import Batches, steps_for_epochs, train_windows, write_prepared
 from loopscope.depth import sampler
 from loopscope.errors import ParamsError
 from loopscope.model import LoopedLM
+from loopscope.runs import trained_runs
+from loopscope.tokenizer import train_tokenizer
 from loopscope.train import train_cell
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Rows:
@@ -103,11 +109,13 @@ def test_epochs_and_stride():
 
 def test_devices():
     run_on = compute.resolve(TrainConfig(device="cpu", precision="auto"))
-    assert run_on.device.type == "cpu" and not run_on.bf16
+    assert run_on.device.type == "cpu" and run_on.bf16 == compute.native_bf16_cpu()
     assert compute.resolve(TrainConfig(device="cpu", precision="bf16")).bf16
+    assert not compute.resolve(TrainConfig(device="cpu", precision="fp32")).bf16
     assert compute.uses_cuda("auto", cuda_available=True)
     assert not compute.uses_cuda("cpu", cuda_available=True)
-    assert compute.uses_bf16("auto", cuda=True) and not compute.uses_bf16("auto", cuda=False)
+    assert compute.uses_bf16("auto", cuda=True, native_cpu=False)
+    assert not compute.uses_bf16("auto", cuda=False, native_cpu=False)
     if not torch.cuda.is_available():
         assert compute.resolve(TrainConfig()).device.type == "cpu"
         with pytest.raises(ParamsError, match=r"'train.device' is 'cuda' but torch sees no "
@@ -115,10 +123,70 @@ def test_devices():
             train_cell(CellConfig("tiny", MODEL, TrainConfig(device="cuda")), corpus())
 
 
-def test_bf16_autocast_trains_on_cpu():
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_where_the_hardware_multiplies_it(monkeypatch, native):
+    """auto: bf16 on CUDA and on a CPU with AVX512-BF16 or AMX, fp32 on any other CPU
+    (there bf16 is emulated, many times slower); an explicit precision is kept."""
+    monkeypatch.setattr(compute, "native_bf16_cpu", lambda: native)
+    cpu = TrainConfig(device="cpu", precision="auto")
+    assert compute.precision_of(cpu) == ("bf16" if native else "fp32")
+    assert compute.resolve(cpu).bf16 == native
+    assert compute.precision_of(TrainConfig(device="auto"), cuda_available=True) == "bf16"
+    for fixed in ("fp32", "bf16"):
+        assert compute.precision_of(TrainConfig(precision=fixed), cuda_available=True) == fixed
+
+
+def test_native_bf16_follows_torchs_cpu_feature_checks(monkeypatch):
+    compute.native_bf16_cpu.cache_clear()
+    try:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+        assert compute.native_bf16_cpu()
+        compute.native_bf16_cpu.cache_clear()
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+        assert not compute.native_bf16_cpu()
+    finally:
+        compute.native_bf16_cpu.cache_clear()
+
+
+def test_configure_writes_the_resolved_precision(tmp_path, monkeypatch):
+    """A machine that resolves auto differently writes a different config file, so DVC
+    retrains the cell there instead of reusing results made at another precision."""
+    params = (ROOT / "tests" / "micro_params.yaml").read_text()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(params)
+    monkeypatch.setattr("sys.argv", ["configure.py"])
+    written = {}
+    for native in (True, False):
+        monkeypatch.setattr(compute, "native_bf16_cpu", lambda native=native: native)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        runpy.run_path(str(ROOT / "stages" / "configure.py"), run_name="__main__")
+        written[native] = (tmp_path / "configs" / "backbone.json").read_bytes()
+        assert json.loads(written[native])["train"]["precision"] == ("bf16" if native
+                                                                     else "fp32")
+    assert written[True] != written[False]
+
+
+def test_bf16_autocast_trains_on_cpu_and_is_measured_in_fp32(tmp_path, monkeypatch):
+    """Master weights stay fp32; the measuring stages run a bf16-trained run without
+    autocast (its norms and KL divergences need fp32), the throughput stage with it."""
     cfg = TrainConfig(steps=4, batch_size=4, warmup_steps=1, threads=1, precision="bf16")
-    _, summary = train_cell(CellConfig("tiny", MODEL, cfg), corpus())
+    cell = CellConfig("tiny", MODEL, cfg)
+    model, summary = train_cell(cell, corpus())
     assert summary["device"] == "cpu bf16" and summary["final_loss"] < 5
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    monkeypatch.chdir(tmp_path)
+    tokens = corpus().numpy().astype("uint16")
+    tok = train_tokenizer(["a tokenizer the stage never reads"], 260, "bpe", 0)
+    write_prepared(tmp_path / paths.PREPARED, tok, {"train": tokens, "val": tokens[:500]}, {})
+    save_model(paths.model_file("tiny", cfg.seed), model, cell, {})
+    (run,) = trained_runs("tiny", 4)
+    assert run.trained.bf16 and not run.compute.bf16
+    with torch.no_grad():
+        states = run.model(run.x, read="none").states
+    assert all(h.dtype == torch.float32 for h in states)
+    with torch.no_grad(), run.trained.autocast():
+        assert run.model(run.x, read="last").logits[-1].dtype == torch.bfloat16
 
 
 DDP_SCRIPT = """

@@ -3,13 +3,26 @@
 Training, every stage that runs a trained model and `plan` ask this module, so a cell
 trained on CUDA is also measured there, and `plan --device cuda` assumes what training
 would do.
+
+train.precision auto means bf16 autocast where the hardware multiplies bf16 natively (CUDA,
+and CPUs with AVX512-BF16 or AMX: several times the fp32 matmul rate) and fp32 elsewhere.
+On a CPU without them, torch computes bf16 matmuls in software: a training step of this
+project ran 18x slower than in fp32 on an AVX2-only AMD EPYC. The configure stage writes the
+resolved precision into configs/<cell>.json (precision_of), so a machine that resolves auto
+differently retrains the cell instead of reusing results made at another precision.
+
+Only training and the throughput stage use a bf16 autocast. The measuring stages compute
+norms, KL divergences down to 1e-6 and relative state changes, which bf16 logits cannot
+resolve: they run the fp32 master weights in fp32 whatever precision the cell trained in.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -25,9 +38,26 @@ def uses_cuda(device: str, cuda_available: bool | None = None) -> bool:
     return device == "cuda" or (device == "auto" and cuda_available)
 
 
-def uses_bf16(precision: str, cuda: bool) -> bool:
-    """train.precision bf16, or auto on CUDA (bf16 autocast; fp32 master weights)."""
-    return precision == "bf16" or (precision == "auto" and cuda)
+@functools.cache
+def native_bf16_cpu() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX tiles), as torch's
+    own CPU feature checks report it (the instructions its bf16 kernels dispatch on)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def uses_bf16(precision: str, cuda: bool, native_cpu: bool | None = None) -> bool:
+    """train.precision bf16, or auto on CUDA or on a CPU with native bf16 matmul (bf16
+    autocast; fp32 master weights). native_cpu: assume it (None: ask this CPU)."""
+    if precision != "auto":
+        return precision == "bf16"
+    return cuda or (native_bf16_cpu() if native_cpu is None else native_cpu)
+
+
+def precision_of(cfg: TrainConfig, cuda_available: bool | None = None
+                 ) -> Literal["fp32", "bf16"]:
+    """train.precision resolved on this machine: what configure writes for auto."""
+    return "bf16" if uses_bf16(cfg.precision, uses_cuda(cfg.device, cuda_available)) else "fp32"
 
 
 @dataclass(frozen=True)
@@ -37,8 +67,16 @@ class Compute:
     device: torch.device
     bf16: bool
 
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.bf16 else "fp32"
+
     def autocast(self) -> contextlib.AbstractContextManager:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def exact(self) -> Compute:
+        """The same device in fp32: how the measuring stages run a trained model."""
+        return Compute(self.device, False)
 
     def describe(self) -> str:
         return str(self.device) + (" bf16" if self.bf16 else "")

@@ -27,7 +27,8 @@ with tokens = batch * context, batch = train.batch_size / train.processes, and
 The coda counts once per readout because LoopedLM.read runs it for every loop that is
 read out; each readout keeps its logits and their fp32 log-softmax, and the backward
 pass of one readout holds its fp32 gradient and softmax (the + 8). act_bytes = 2
-(16-bit activations) when train.precision is bf16, or auto on cuda, else 4.
+(16-bit activations) when train.precision is bf16, or auto where it resolves to bf16
+(CUDA, or a CPU with native bf16: loopscope.compute), else 4.
 `attention` is the attention matrices math attention stores; the fused kernels of
 scaled_dot_product_attention (flash, on CUDA and the CPU) store none, so the total is an
 upper bound there, and the rest (the floor) is what any kernel keeps.

@@ -80,8 +80,22 @@ def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str |
     return main, second if configs[second].model.loops != configs[main].model.loops else None
 
 
+def training_precision() -> str:
+    """The precision the cells trained in, from configs/ (configure resolves auto), e.g.
+    "fp32" or "bf16 (backbone, backbone_mean4), fp32 (the other 8)"."""
+    by: dict[str, list[str]] = {}
+    for f in sorted(paths.CONFIGS.glob("*.json")):
+        by.setdefault(load_cell(f).train.precision, []).append(f.stem)
+    if len(by) <= 1:
+        return next(iter(by), "unknown (no configs/)")
+    rest = max(by, key=lambda p: len(by[p]))
+    named = [f"{p} ({', '.join(c)})" for p, c in by.items() if p != rest]
+    return ", ".join(named) + f", {rest} (the other {len(by[rest])})"
+
+
 def provenance(seeds: list[int]) -> dict[str, str]:
-    """What a report was computed from: commit, params digest, torch, seeds, date."""
+    """What a report was computed from: commit, params digest, torch, training precision
+    (measurements are fp32 whatever it was), seeds, date."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
@@ -93,7 +107,9 @@ def provenance(seeds: list[int]) -> dict[str, str]:
         commit = "unknown (not a git checkout)"
     return {"commit": commit,
             "params.yaml sha256": hashlib.sha256(paths.PARAMS.read_bytes()).hexdigest()[:16],
-            "torch": torch.__version__, "seeds": ", ".join(map(str, seeds)),
+            "torch": torch.__version__,
+            "training precision": training_precision() + " (measured in fp32)",
+            "seeds": ", ".join(map(str, seeds)),
             "date": datetime.date.today().isoformat()}
 
 

@@ -2,7 +2,8 @@
 
 A cell trains once per seed; every stage that measures a cell (extract, diagnose,
 clamp, ...) measures each run on the same validation windows, on the device the cell
-trained on, and pools the runs.
+trained on, in fp32 whatever precision it trained in (loopscope.compute), and pools the
+runs.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ class Windows:
 class Run:
     """One trained run of a cell: its tag (seed<N>), the model in eval mode on the run's
     device, its config, the validation inputs and targets on that device, and their
-    initial states (None: H_0 is the embedding; see initial_states)."""
+    initial states (None: H_0 is the embedding; see initial_states).
+
+    compute is how a stage measures the run: the training device, in fp32 (no autocast).
+    trained is how the run trained (its precision): the throughput stage times it so."""
 
     tag: str
     model: LoopedLM
@@ -64,6 +68,7 @@ class Run:
     val: Tensor  # every validation token, on the CPU
     h0: Tensor | None = None
     docs: np.ndarray | None = None  # the document each of x's windows starts in
+    trained: compute.Compute | None = None
 
     token_docs = Windows.token_docs  # the document of every token of x
 
@@ -125,6 +130,6 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
         check_context(load_meta(paths.PREPARED), context)
         (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
         x, y = windows_at(tokens, context, starts)
-        yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device), run_on,
-                  tokens, initial_states(model, starts, cell.train.seed),
-                  document_ids(tokens, eos, starts))
+        yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device),
+                  run_on.exact(), tokens, initial_states(model, starts, cell.train.seed),
+                  document_ids(tokens, eos, starts), trained=run_on)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
 from tqdm import tqdm
 
 from loopscope import compute
@@ -213,13 +214,37 @@ def target_entropy(y: torch.Tensor, vocab: int, device: torch.device) -> float:
     return float(-(p * p.log()).sum())
 
 
+def forward_loss(forward: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loops: int,
+                 cfg: TrainConfig, run_on: compute.Compute
+                 ) -> tuple[torch.Tensor, list[float], LoopOutput]:
+    """The forward pass and loss of one training step (objective) at depth `loops`, in the
+    run's precision (bf16 autocast over fp32 master weights, or fp32). Training and the
+    training benchmark (`python -m loopscope.bench train`) both take their steps through
+    this function and update, so the benchmark times the step training runs."""
+    with record_function("step: forward"), run_on.autocast():
+        out = forward(x, loops=loops, read=READS[cfg.loss], grad_loops=cfg.backprop_loops)
+        loss, ces = objective(out, y, cfg)
+    return loss, ces, out
+
+
+def compiled(forward: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
+    """torch.compile(forward) where train.compile asks for it, specialized to each depth
+    (dynamic=False): a sampled depth otherwise becomes a symbolic loop count, which the
+    truncated-backprop schedule cannot branch on. Off by default (README, The training
+    benchmark): on the CPU it does not win back its compile time within a cell."""
+    return torch.compile(forward, dynamic=False) if cfg.compile else forward
+
+
 def update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor,
            grad_clip: float) -> None:
-    """One optimizer step on a loss: gradients, clipped to grad_clip in global norm."""
+    """One optimizer step on a loss: gradients, clipped to grad_clip in global norm.
+    (The labels name the step's phases in a profile: `bench train` reports them.)"""
     opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    opt.step()
+    with record_function("step: backward"):
+        loss.backward()
+    with record_function("step: optimizer"):
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
 
 
 def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
@@ -281,9 +306,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
                   or cell.model.inter_loop_norm and (depth.varies or cell.model.loops == 1))
         forward = torch.nn.parallel.DistributedDataParallel(
             model, find_unused_parameters=unused)
-    if cfg.compile:
-        forward = torch.compile(forward)
-    read = READS[cfg.loss]
+    forward = compiled(forward, cfg)
     rows = slice(rank * cfg.batch_size // size, (rank + 1) * cfg.batch_size // size)
     tokens_per_step = cfg.batch_size * cell.model.context
     start = time.perf_counter()
@@ -296,9 +319,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
         x, y = batches.next()
         x, y = x[rows].to(device), y[rows].to(device)
         loops = depth.sample()
-        with run_on.autocast():
-            out = forward(x, loops=loops, read=read, grad_loops=cfg.backprop_loops)
-            loss, ces = objective(out, y, cfg)
+        loss, ces, out = forward_loss(forward, x, y, loops, cfg, run_on)
         loss_value, *ces = _mean_over_processes([loss.item(), *ces], device)
         if not math.isfinite(loss_value):
             raise DivergenceError(
