@@ -28,7 +28,7 @@ repro: data
 	$(BIN)/dvc repro
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check src stages tests
