@@ -9,6 +9,7 @@ another precision; where nothing changed the files are byte-identical and nothin
 """
 
 import dataclasses
+from collections import Counter
 
 from loopscope import compute, paths
 from loopscope.errors import atomic_write_bytes, run
@@ -18,11 +19,11 @@ from loopscope.params import load_params, resolve_cell
 def main() -> None:
     params = load_params()
     paths.CONFIGS.mkdir(parents=True, exist_ok=True)
-    resolved = {}
+    resolved: Counter[str] = Counter()
     for name in params.cells:
         cell = resolve_cell(params, name)
         cell.train = dataclasses.replace(cell.train, precision=compute.precision_of(cell.train))
-        resolved[cell.train.precision] = resolved.get(cell.train.precision, 0) + 1
+        resolved[cell.train.precision] += 1
         atomic_write_bytes(paths.config_file(name), cell.to_json().encode())
     where = ", ".join(f"{n} {p}" for p, n in resolved.items())
     print(f"configure: {len(params.cells)} cells ({where}) -> {paths.CONFIGS}/")

@@ -56,19 +56,22 @@ class Run:
     device, its config, the validation inputs and targets on that device, and their
     initial states (None: H_0 is the embedding; see initial_states).
 
-    compute is how a stage measures the run: the training device, in fp32 (no autocast).
-    trained is how the run trained (its precision): the throughput stage times it so."""
+    trained is how the run trained (device and precision): the throughput stage times it
+    so. compute is how every other stage measures it: the same device, in fp32."""
 
     tag: str
     model: LoopedLM
     cell: CellConfig
     x: Tensor
     y: Tensor
-    compute: compute.Compute
+    trained: compute.Compute
     val: Tensor  # every validation token, on the CPU
     h0: Tensor | None = None
     docs: np.ndarray | None = None  # the document each of x's windows starts in
-    trained: compute.Compute | None = None
+
+    @property
+    def compute(self) -> compute.Compute:
+        return self.trained.exact()
 
     token_docs = Windows.token_docs  # the document of every token of x
 
@@ -131,5 +134,5 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
         (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
         x, y = windows_at(tokens, context, starts)
         yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device),
-                  run_on.exact(), tokens, initial_states(model, starts, cell.train.seed),
-                  document_ids(tokens, eos, starts), trained=run_on)
+                  run_on, tokens, initial_states(model, starts, cell.train.seed),
+                  document_ids(tokens, eos, starts))
