@@ -1,6 +1,8 @@
-"""Stage bench_exits: the adaptive runtime's realized speedup against its ideal, on the
-main paper B backbone (python -m loopscope.bench exits; timings, so apart from the
-reproducible metrics) -> metrics/bench/exits.json."""
+"""Stage bench_exits: the adaptive runtime's realized speedup on the main paper B
+backbone, each policy at its matched threshold against the honest baseline (uniform
+depth min(R, M), M the smallest uniform depth that matches depth R) and against depth R,
+beside the FLOP speedup of the same exits (python -m loopscope.bench exits; timings, so
+apart from the reproducible metrics) -> metrics/bench/exits.json."""
 
 import sys
 

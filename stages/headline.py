@@ -2,10 +2,12 @@
 
 `dvc exp show` lists every metric of every cell (hundreds of columns); this file gives
 the few an experiment is judged by, one row per cell in metrics/headline.json:
-final-loop mean hidden-state norm and perplexity at the training depth (paper A), and
-the mean loops and FLOP ratio to depth R at which the KL exit (A1) matches depth-R
-quality (paper B, the cells of policies.cells; null where no threshold matched or
-the policies were not swept).
+final-loop mean hidden-state norm and perplexity at the training depth (paper A); and
+for paper B (the cells of policies.cells), the KL exit (A1) at matched quality: its
+mean loops (`a1_mean_loops`), its FLOPs over uniform depth R's (`a1_flops_ratio`) and
+over the honest baseline's (`a1_flops_ratio_baseline`: uniform depth min(R, M), M the
+smallest uniform depth that matches depth R), the one a per-token exit has to beat.
+Null where no threshold matched or the policies were not swept.
 """
 
 from loopscope import paths
@@ -25,7 +27,8 @@ def main() -> None:
         rows[name] = {"norm_final": diag["norm_mean"][last],
                       "ppl_final": diag["ppl_at_depth"][last],
                       "a1_mean_loops": a1.get("mean_loops"),
-                      "a1_flops_ratio": a1.get("flops_ratio")}
+                      "a1_flops_ratio": a1.get("flops_ratio"),
+                      "a1_flops_ratio_baseline": a1.get("flops_ratio_baseline")}
     write_json(paths.HEADLINE, rows)
     print("headline: " + ", ".join(f"{n} ppl {r['ppl_final']:.1f} norm {r['norm_final']:.1f}"
                                    for n, r in rows.items()))

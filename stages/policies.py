@@ -1,13 +1,15 @@
 """Stage policies@<cell>: paper B's depth policies on every cell, capped at depth R.
 
 For each trained run: A2's probe is fit on the `probe` windows (oracle labels from the
-argmax path to depth R); uniform depths 1..R and every (rule, threshold) of the
-policies grids run on the `choose` and `report` windows through the masked reference
-(loopscope.policies). Thresholds are chosen on `choose` (fewest mean loops whose CE is
-within policies.match_nats of uniform depth R), and reported on `report`:
-metrics/policies/<cell>.json (per rule: threshold, mean loops, CE difference with its
-interval, FLOP ratio to depth R and to the smallest matching uniform depth) and
-tables/policies/<cell>.parquet (the frontier: every setting on both sets).
+argmax path to depth R); uniform depths 1..R and every (rule, threshold) of
+policies.grids run on the `choose` and `report` windows through the masked reference
+(loopscope.policies). Each rule's threshold is chosen on `choose` (fewest mean loops
+whose CE is within half of policies.match_nats of uniform depth R) and reported on
+`report`: metrics/policies/<cell>.json (per rule: threshold, mean loops, CE difference
+with its interval, FLOP ratios to depth R and to the baseline min(R, M), M the smallest
+matching uniform depth, and the same at the rule's default thresholds) and
+tables/policies/<cell>.parquet (the frontier: every setting on both sets, its defaults
+marked).
 """
 
 import sys
@@ -29,7 +31,7 @@ def main() -> None:
     name = sys.argv[1]
     params = load_params()
     cfg, batch = params.policies, params.policies.batch_size
-    grids = {"kl": cfg.kl, "latent": cfg.latent, "cosine": cfg.cosine, "probe": cfg.probe}
+    grids = cfg.grids
     uniform: dict[str, list[np.ndarray]] = defaultdict(list)
     results: dict[tuple[str, float], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     docs = []
@@ -57,7 +59,8 @@ def main() -> None:
     with atomic_output(paths.table_file("policies", name)) as tmp:
         pd.DataFrame(rows).to_parquet(tmp, index=False)
     write_json(paths.metrics_file("policies", name), metrics)
-    found = ", ".join(f"{rule} {m['mean_loops']:.2f} loops (FLOPs x{m['flops_ratio']:.2f})"
+    found = ", ".join(f"{rule} {m['mean_loops']:.2f} loops (FLOPs x{m['flops_ratio']:.2f}, "
+                      f"x{m['flops_ratio_baseline']:.2f} of the baseline)"
                       if m.get("matched") else f"{rule} unmatched"
                       for rule, m in metrics.items() if isinstance(m, dict) and "matched" in m)
     print(f"policies {name}: depth-{reference} quality at: uniform depth "

@@ -16,6 +16,7 @@ from loopscope.claims import (
     negligible,
     paper_a_claims,
     paper_b_claims,
+    table,
 )
 
 
@@ -24,87 +25,212 @@ def iv(value, lo=None, hi=None):
             "hi": value + 0.01 if hi is None else hi}
 
 
-def conv(r=8, useful=8, gain=0.2, tail=0.0, kl2=0.4, kl2r=1e-5, change=(1e-2, 1e-4),
-         median=6, share=0.1, types=(2.0, 6.0)):
+def narrow(value, half=0.004):
+    return iv(value, value - half, value + half)
+
+
+def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_ratio=-4.0,
+         change_ratio=-1.0, median=6.0, share=0.1, ws_minus=None, content_minus=None,
+         rare=(), sampler_mean=None):
+    """Paper-B-like convergence metrics (the schema of convergence.summarize)."""
     d = 4 * r
+    useful = r if useful is None else useful
+    steps = {f"k{k}": narrow(-0.02) for k in range(1, r)} if steps is None else steps
+    ws_minus = {"punctuation": iv(-1.0), "content word": iv(-3.0)} \
+        if ws_minus is None else ws_minus
+    content_minus = {"whitespace": iv(3.0), "punctuation": iv(2.0)} \
+        if content_minus is None else content_minus
     return {
-        "reference_depth": r, "max_depth": d,
-        "elasticity": {"gain": iv(gain), "tail": iv(tail, tail - 0.005, tail + 0.005),
-                       "margin": 0.01},
-        "kl": {"k2": kl2, f"k{2 * r}": kl2r},
-        "state_change": {f"k{r}": change[0], f"k{d}": change[1]},
-        "convergence": {"epsilon": 1e-3, "median_loop": median,
+        "reference_depth": r, "max_depth": d, "sampler_mean": sampler_mean,
+        "elasticity": {"gain": iv(gain), "half_depth": r // 2, "half_gain": narrow(half_gain),
+                       "steps": steps, "tail": narrow(0.0), "flat": narrow(flat, 0.003),
+                       "flat_depth": d, "margin": 0.01},
+        "kl": {"k2": 0.4, f"k{2 * r}": 1e-5},
+        "kl_decay": {"from": 2, "to": 2 * r, "log10_ratio": iv(kl_ratio, kl_ratio - 0.5,
+                                                                kl_ratio + 0.5)},
+        "state_change": {f"k{r}": 1e-2, f"k{d}": 1e-3},
+        "state_decay": {"from": r, "to": d, "log10_ratio": iv(change_ratio, change_ratio - 0.2,
+                                                               change_ratio + 0.2)},
+        "convergence": {"epsilon": 1e-3, "median_loop": iv(median, median - 1, median + 1),
+                        "median_exit_loop": iv(3.0, 2.0, 4.0),
                         "share_after_reference": iv(share)},
-        "types": {"whitespace": {"mean_loop": types[0], "share": 0.2},
-                  "content word": {"mean_loop": types[1], "share": 0.3},
-                  "content_minus_whitespace": iv(types[1] - types[0])},
-        "saturation": {"useful_depth": useful},
+        "types": {"whitespace": {"mean_loop": 2.0, "share": 0.2},
+                  "punctuation": {"mean_loop": 3.0, "share": 0.1},
+                  "content word": {"mean_loop": 5.0, "share": 0.3},
+                  "judged": ["whitespace", "punctuation", "content word"],
+                  "rare": list(rare), "whitespace_minus": ws_minus,
+                  "content_minus": content_minus},
+        "saturation": {"useful_depth": int(round(useful)),
+                       "useful_depth_iv": iv(useful, useful - 1, useful)},
     }
 
 
-def pol(r=8, kl_loops=5.0, kl_delta=0.0, probe_loops=7.9, matched_depth=7):
-    return {"reference_depth": r, "match_nats": 0.01,
-            "uniform": {"matched_depth": matched_depth},
-            "kl": {"matched": True, "mean_loops": kl_loops, "threshold": 1e-3,
-                   "delta_ce": iv(kl_delta, kl_delta - 0.004, kl_delta + 0.004),
-                   "flops_ratio": 0.7},
-            "probe": {"matched": True, "mean_loops": probe_loops, "threshold": 0.2,
-                      "delta_ce": iv(0.0, -0.004, 0.004), "flops_ratio": 1.0}}
+def policy(loops, delta=0.0, flops_baseline=0.7, matched=True, threshold=1e-3, r=8):
+    """A rule's metrics at its chosen setting; mean loops cannot pass the cap R."""
+    if not matched:
+        return {"matched": False}
+    spread = min(0.2, r - loops)
+    return {"matched": True, "threshold": threshold, "mean_loops": loops,
+            "mean_loops_iv": iv(loops, loops - spread, loops + spread),
+            "delta_ce": narrow(delta), "flops_ratio": 0.6,
+            "flops_ratio_baseline": flops_baseline}
+
+
+def pol(r=8, kl=None, probe=None, baseline=7):
+    return {"reference_depth": r, "match_nats": 0.01, "choose_nats": 0.005,
+            "baseline_depth": baseline, "uniform": {"matched_depth": baseline},
+            "kl": policy(5.0) if kl is None else kl,
+            "probe": policy(7.95, threshold=0.0) if probe is None else probe}
 
 
 def verdicts(c, p, second=True):
-    convs = {"main": c, "second": conv(r=4, useful=4)} if second else {"main": c}
+    convs = {"main": c, "second": conv(r=4)} if second else {"main": c}
     found = paper_b_claims(convs, {"main": p}, "main", "second" if second else None)
-    return {claim.claim.split(":")[0].split(" (")[0]: claim for claim in found}
+    out = {}
+    for claim in found:
+        key = claim.claim.split(":")[0].split(" (")[0].split(" [")[0]
+        if key in out:  # token order: one row per backbone, the main one first
+            continue
+        out[key] = claim
+    return out
+
+
+ORDER = "Convergence depth is ordered by token type"
+A1 = "A1"
+A2 = "A2"
+
+
+def claim_of(found, prefix):
+    return next(c for k, c in found.items() if k.startswith(prefix))
 
 
 def test_paper_b_claims_hold_on_paper_like_metrics():
     found = verdicts(conv(), pol())
     assert {c.verdict for c in found.values()} == {"holds"}, \
-        {k: c.verdict for k, c in found.items()}
+        {k: (c.verdict, c.value) for k, c in found.items()}
+    assert {c.magnitude for c in found.values()} <= {"holds", "n/a"}
+
+
+def worse_step(k, lo, hi):
+    steps = {f"k{j}": narrow(-0.02) for j in range(1, 8)}
+    steps[f"k{k}"] = iv((lo + hi) / 2, lo, hi)
+    return steps
 
 
 @pytest.mark.parametrize("change, claim, verdict", [
-    (dict(gain=-0.1), "Elasticity", "contradicted"),
-    (dict(gain=0.05), "Elasticity", "holds"),  # direction holds, magnitude does not
-    (dict(tail=-0.05), "Past R the loss is flat", "contradicted"),
-    (dict(tail=0.008), "Past R the loss is flat", "inconclusive"),
-    (dict(kl2r=1.0), "Successive outputs converge", "contradicted"),
-    (dict(change=(1e-3, 1e-2)), "The state change per loop decays", "contradicted"),
-    (dict(median=9), "The median token converges before R", "contradicted"),
+    # one gain from 1 to R is not monotone improvement: a step that worsens CE
+    (dict(steps=worse_step(5, 0.02, 0.04)), "Elasticity", "contradicted"),
+    (dict(steps=worse_step(5, -0.01, 0.03)), "Elasticity", "inconclusive"),
+    # the second half of the depth does not help
+    (dict(half_gain=0.0), "Elasticity", "contradicted"),
+    (dict(flat=0.05), "Past R the loss is flat", "contradicted"),
+    (dict(flat=0.009), "Past R the loss is flat", "inconclusive"),
+    (dict(kl_ratio=1.0), "Successive outputs converge", "contradicted"),
+    (dict(kl_ratio=0.0), "Successive outputs converge", "inconclusive"),
+    (dict(change_ratio=0.5), "The state change per loop decays", "contradicted"),
+    (dict(change_ratio=0.1), "The state change per loop decays", "inconclusive"),
+    (dict(median=10.0), "The median token converges before R", "contradicted"),
+    (dict(median=7.5), "The median token converges before R", "inconclusive"),
     (dict(share=0.0), "A tail of tokens is still updating at R", "inconclusive"),
-    (dict(types=(6.0, 2.0)), "Convergence depth is ordered by token type", "contradicted"),
+    (dict(share=-0.05), "A tail of tokens is still updating at R", "contradicted"),
+    (dict(ws_minus={"punctuation": iv(1.0), "content word": iv(-3.0)}), ORDER,
+     "contradicted"),
+    (dict(ws_minus={"punctuation": iv(0.0, -0.5, 0.5), "content word": iv(-3.0)}), ORDER,
+     "inconclusive"),
     (dict(useful=12), "Useful depth saturates at the training-mean depth", "contradicted"),
+    (dict(useful=3), "Useful depth saturates at the training-mean depth", "contradicted"),
+    (dict(useful=6.5), "Useful depth saturates at the training-mean depth", "inconclusive"),
 ])
 def test_each_paper_b_claim_can_fail(change, claim, verdict):
     assert verdicts(conv(**change), pol())[claim].verdict == verdict
 
 
-def test_magnitude_has_its_own_verdict():
-    found = verdicts(conv(gain=0.05, share=0.5), pol())
-    assert found["Elasticity"].magnitude == "contradicted"
+def test_token_order_needs_both_ends_not_a_content_whitespace_gap():
+    # content - whitespace is clearly positive, but punctuation converges deeper than
+    # content words: "content deepest" is false
+    found = verdicts(conv(content_minus={"whitespace": iv(3.0), "punctuation": iv(-1.0)}),
+                     pol())
+    assert found[ORDER].verdict == "contradicted"
+
+
+def test_token_order_is_not_judged_on_rare_types():
+    c = conv(rare=["whitespace"])
+    del c["types"]["whitespace_minus"]
+    found = verdicts(c, pol())[ORDER]
+    assert found.verdict == "not shown" and "whitespace" in found.value
+
+
+def test_token_order_is_judged_on_both_backbones():
+    found = paper_b_claims({"main": conv(), "second": conv(r=4)}, {"main": pol()},
+                           "main", "second")
+    assert [c.claim for c in found if c.claim.startswith(ORDER)] == [
+        f"{ORDER} [main]: whitespace shallowest, content words deepest",
+        f"{ORDER} [second]: whitespace shallowest, content words deepest"]
+
+
+def test_magnitudes_have_their_own_verdicts():
+    found = verdicts(conv(share=0.5, kl_ratio=-1.0, median=2.0), pol())
     assert found["A tail of tokens is still updating at R"].magnitude == "contradicted"
+    assert found["Successive outputs converge"].magnitude == "contradicted"
+    assert found["The median token converges before R"].magnitude == "contradicted"
+    assert {found[k].verdict for k in ("A tail of tokens is still updating at R",
+                                       "Successive outputs converge",
+                                       "The median token converges before R")} == {"holds"}
 
 
-@pytest.mark.parametrize("change, verdict", [
-    (dict(kl_loops=8.0), "contradicted"),          # saves nothing
-    (dict(kl_delta=0.05), "contradicted"),         # quality lost
-    (dict(kl_delta=0.008), "inconclusive"),        # interval crosses the margin
+@pytest.mark.parametrize("kl, verdict", [
+    (policy(8.0), "contradicted"),                 # saves nothing
+    (policy(5.0, delta=0.05), "inconclusive"),     # not at matched quality: no measurement
+    (policy(5.0, delta=0.008), "inconclusive"),    # non-inferiority not shown
+    (policy(7.85), "inconclusive"),                # the loops interval reaches R
+    (policy(0, matched=False), "inconclusive"),    # unmatched: never holds or contradicted
 ])
-def test_a1_claim_can_fail(change, verdict):
-    a1 = next(c for k, c in verdicts(conv(), pol(**change)).items() if k.startswith("A1"))
-    assert a1.verdict == verdict
+def test_a1_claim_can_fail(kl, verdict):
+    assert claim_of(verdicts(conv(), pol(kl=kl)), A1).verdict == verdict
 
 
-def test_a1_magnitude_compares_with_the_smallest_matching_uniform_depth():
-    a1 = next(c for k, c in verdicts(conv(), pol(kl_loops=6.5, matched_depth=6)).items()
-              if k.startswith("A1"))
-    assert a1.verdict == "holds" and a1.magnitude == "contradicted"
+def test_a1_is_non_inferiority_with_the_upper_bound_at_the_margin():
+    assert claim_of(verdicts(conv(), pol(kl=policy(5.0, delta=0.006))), A1).verdict == "holds"
 
 
-def test_a2_claim_can_fail_when_the_probe_saves_loops():
-    a2 = next(c for k, c in verdicts(conv(), pol(probe_loops=4.0)).items() if k.startswith("A2"))
-    assert a2.verdict == "contradicted"
+def test_a1_magnitude_reads_loops_and_flops_against_the_matching_uniform_depth():
+    found = claim_of(verdicts(conv(), pol(kl=policy(6.5), baseline=6)), A1)
+    assert (found.verdict, found.magnitude) == ("holds", "contradicted")
+    found = claim_of(verdicts(conv(), pol(kl=policy(5.0, flops_baseline=1.05), baseline=6)), A1)
+    assert (found.verdict, found.magnitude) == ("holds", "contradicted")
+    assert "uniform depth 6" in found.value
+
+
+@pytest.mark.parametrize("probe, verdict", [
+    (policy(4.0, threshold=0.1), "contradicted"),     # a good probe saves loops
+    (policy(4.0, delta=0.05), "inconclusive"),        # cheaper but not at matched quality
+    (policy(7.6), "inconclusive"),                    # interval straddles 0.95 R
+    (policy(8.0, delta=0.05), "holds"),               # no saving whatever the quality
+    (policy(0, matched=False), "inconclusive"),       # unmatched: no measurement
+])
+def test_a2_saves_nothing_can_fail(probe, verdict):
+    assert claim_of(verdicts(conv(), pol(probe=probe)), A2).verdict == verdict
+
+
+def test_saturation_is_not_shown_with_one_backbone():
+    found = verdicts(conv(), pol(), second=False)
+    assert found["Useful depth saturates at the training-mean depth"].verdict == "not shown"
+
+
+def test_claims_name_the_depth_they_compare_against():
+    found = verdicts(conv(sampler_mean=9.0), pol())
+    assert "R = 8 (model.loops, training mean 9)" in found["Elasticity"].claim
+    assert "R = 8" in claim_of(found, A1).criterion
+
+
+def test_a_backbone_that_does_not_use_its_depth_is_marked_outside_the_regime():
+    found = paper_b_claims({"main": conv(useful=3)}, {"main": pol()}, "main", None)
+    marked = {c.claim.split(" [")[0] for c in found if c.regime}
+    assert marked == {"A tail of tokens is still updating at R",
+                      "A1 (KL exit) matches uniform depth-R quality in fewer loops"}
+    assert all(c.verdict != "not shown" for c in found if c.regime)  # verdict kept
+    assert "regime" in table(found)[0] and "regime" not in table(
+        paper_b_claims({"main": conv()}, {"main": pol()}, "main", None))[0]
 
 
 def test_paper_b_claims_are_not_shown_without_a_backbone():

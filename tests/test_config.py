@@ -273,6 +273,60 @@ def test_policies_cells_must_be_cells():
         parse_params(with_("policies.cells", ["backbon"]))
     with pytest.raises(ParamsError, match=r"'policies.cells' must be a list of names"):
         parse_params(with_("policies.cells", [1]))
-    with pytest.raises(ParamsError, match=r"'policies.kl' must be a list of numbers, got "
-                                          r"\['1e-3'\] \(YAML reads 1e-3 as text"):
-        parse_params(with_("policies.kl", ["1e-3"]))
+    with pytest.raises(ParamsError, match=r"'policies.grids.kl' must be a list of numbers, "
+                                          r"got \['1e-3'\] \(YAML reads 1e-3 as text"):
+        parse_params(with_("policies.grids.kl", ["1e-3"]))
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    ("policies.grids.kl", [0, 0.002, 0.001],
+     r"'policies.grids.kl' is \[0.0, 0.002, 0.001\]; it must be sorted ascending, without "
+     r"repeats"),
+    ("policies.grids.kl", [0, 0.001, 0.001], r"'policies.grids.kl' is .*; it must be sorted "
+     r"ascending, without repeats"),
+    ("policies.grids.cosine", [0, 0.001, 0.0025],
+     r"'policies.grids.cosine' jumps from 0.001 to 0.0025 \(2.5x\); consecutive thresholds "
+     r"must be at most 2x apart"),
+    ("policies.grids.kl", [0.0005, 0.001],
+     r"'policies.grids.kl' is \[0.0005, 0.001\]; it must be down to 0, the conservative end"),
+    ("policies.grids.latent-diff", [0, 0.02, 0.04],
+     r"'policies.grids.latent-diff' lacks the rule's default threshold 0.03"),
+    ("policies.grids.kl-huginn", [0, 0.001, 0.002],
+     r"'policies.grids.kl-huginn' lacks the rule's default threshold 0.0005 "
+     r"\(defaults: 0.001, 0.0005\)"),
+    ("policies.grids.kll", [0, 0.001],
+     r"'policies.grids' names an unknown rule 'kll'. Did you mean 'kl'\? Known rules: kl, "),
+    ("policies.grids.uniform", [1, 2], r"'policies.grids' names an unknown rule 'uniform'"),
+    ("policies.grids.argmax-stability", [1, 2, 4, 5],
+     r"'policies.grids.argmax-stability' ends at 5 checks; it must reach R = 8 \(model.loops "
+     r"of cell 'backbone'\)"),
+    ("policies.grids.argmax-stability", [1, 2.5, 5, 8],
+     r"'policies.grids.argmax-stability' is .*; it must be whole numbers of stable checks"),
+    ("policies.grids.probe", [0, 0.5, 1.0],
+     r"'policies.grids.probe' is .*; it must be probabilities below 1"),
+    ("policies.grids.cosine", [], r"'policies.grids.cosine' is \[\]; it must be a non-empty"),
+    ("policies.grids.cosine", [-0.001, 0, 0.001],
+     r"'policies.grids.cosine' is .*; it must be thresholds >= 0"),
+    ("policies.grids", [0, 0.001], r"'policies.grids' must be a mapping of names to lists"),
+    ("policies.grids", {}, r"'policies.grids' is \{\}; it must be a mapping of at least one rule"),
+    ("bench.repeats", 2, r"'bench.repeats' is 2; it must be >= 3 \(every mode is a median"),
+])
+def test_bad_policy_grids_are_named(path, value, expected):
+    with pytest.raises(ParamsError, match=expected):
+        parse_params(with_(path, value))
+
+
+def test_shipped_grids_reach_their_conservative_end_in_steps_of_at_most_2x():
+    grids = load_params(ROOT / "params.yaml").policies.grids
+    assert set(grids) == {"kl", "kl-huginn", "minp-kl", "entropy-diff", "latent-diff",
+                          "cosine", "argmax-stability", "probe"}
+    for rule, grid in grids.items():
+        if rule != "argmax-stability":
+            assert grid[0] == 0 and 10 <= len(grid) <= 16, rule
+            steps = zip(grid[1:], grid[2:], strict=False)
+            assert all(b <= 2 * a * (1 + 1e-9) for a, b in steps), rule
+    assert max(grids["argmax-stability"]) >= 8 and len(grids["argmax-stability"]) <= 8
+    assert grids["probe"][1] < 0.05 / 32  # well below the old grid's 0.05
+    # the smallest valid grid: the conservative end and the default
+    assert parse_params(with_("policies.grids", {"kl": [0, 0.001]})).policies.grids == {
+        "kl": [0.0, 0.001]}

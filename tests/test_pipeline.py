@@ -98,7 +98,7 @@ def test_repro_writes_report_and_finite_metrics(repo):
         assert "42, 43" in text and "no policies metrics" not in text
     bench = json.loads((repo / "metrics" / "bench" / "exits.json").read_text())
     for mode in ("scoring", "generation_batch1", "generation_batched"):
-        assert set(bench[mode]["realized"]) == set(bench[mode]["ideal"])
+        assert set(bench[mode]["realized"]) == set(bench[mode]["flop_speedup"])
     for cell in CELLS:
         metrics = json.loads((repo / "metrics" / "diagnose" / f"{cell}.json").read_text())
         assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3", "k4"}
@@ -122,6 +122,11 @@ def test_repro_writes_report_and_finite_metrics(repo):
     assert "norm_mean" in shown and "ppl_at_depth" in shown
     assert "metrics/policies/backbone.json" in shown  # per policy: loops and FLOP ratio
     assert "mean_loops" in shown and "flops_ratio" in shown
+    # Huginn's exit rules by name, at matched quality, against depth R and the baseline
+    policies = json.loads(shown)[""]["data"]["metrics/policies/backbone.json"]["data"]
+    for rule in ("kl", "kl-huginn", "argmax-stability", "latent-diff", "probe"):
+        assert policies[rule]["matched"], rule
+        assert {"mean_loops", "flops_ratio", "flops_ratio_baseline"} <= set(policies[rule])
     headline = json.loads((repo / "metrics" / "headline.json").read_text())
     assert set(headline) == set(CELLS)
     # the A1 columns are null where no KL threshold matched depth R's quality

@@ -19,7 +19,24 @@ from loopscope.convergence import (
 )
 from loopscope.depth import sampler
 from loopscope.model import LoopedLM
-from loopscope.policies import KL, Cosine, Latent, Uniform, masked_forward
+from loopscope.params import RULE_DEFAULTS, default_grids
+from loopscope.policies import (
+    KL,
+    RULES,
+    ArgmaxStability,
+    Cosine,
+    EntropyDiff,
+    KLHuginn,
+    LatentDiff,
+    MinpKL,
+    PolicyResult,
+    Uniform,
+    make,
+    masked_forward,
+    minp_log_probs,
+    rule_defaults,
+    summarize,
+)
 
 
 def backbone(**overrides) -> LoopedLM:
@@ -44,7 +61,7 @@ def test_kl_policy_exits_where_the_kl_path_first_drops_below_epsilon():
 
 def test_head_free_rules_compare_states_with_the_previous_check():
     h1, h2, idx = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.01]]), torch.tensor([0])
-    latent, cosine = Latent(0.05), Cosine(1e-3)
+    latent, cosine = LatentDiff(0.05), Cosine(1e-3)
     for rule in (latent, cosine):
         rule.reset(1)
         assert not rule.check(torch.tensor([1]), h1, None, idx)  # nothing to compare with yet
@@ -52,6 +69,114 @@ def test_head_free_rules_compare_states_with_the_previous_check():
     latent.reset(1)
     latent.check(torch.tensor([1]), h1, None, idx)
     assert not latent.check(torch.tensor([2]), 3 * h1, None, idx)  # relative change 2/3
+
+
+def test_head_free_rules_compare_the_first_check_with_the_initial_state():
+    # Huginn's latent-diff and cosine start from the initial latents: a state that
+    # barely moved in loop 1 exits at the first check, one that moved far does not
+    h0, idx = torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([0, 1])
+    h1 = torch.tensor([[1.0, 0.01], [0.0, 1.0]])
+    for rule in (LatentDiff(0.03), Cosine(1e-3)):
+        rule.reset(2)
+        rule.begin(idx, h0)
+        assert rule.check(torch.tensor([1, 1]), h1, None, idx).tolist() == [True, False]
+
+
+def test_cosine_at_threshold_0_never_fires_on_round_off():
+    # 1 - cos(x, x) comes out below 0 in float32 for some x: clamped, it cannot be < 0
+    x = torch.randn(1000, 32, generator=torch.Generator().manual_seed(0))
+    assert (1 - F.cosine_similarity(x, x, dim=-1) < 0).any()
+    rule, idx = Cosine(0.0), torch.arange(1000)
+    rule.reset(1000)
+    rule.begin(idx, x)
+    assert not rule.check(torch.ones(1000, dtype=torch.long), x, None, idx).any()
+
+
+def test_kl_huginn_reverses_a1s_direction_and_can_exit_at_the_first_check():
+    idx, h = torch.tensor([0]), torch.zeros(1, 2)
+    flat = torch.zeros(1, 5)  # the uniform distribution: KL to the start is 0
+    for rule, exits in ((KLHuginn(1e-3), True), (KL(1e-3), False)):
+        rule.reset(1)
+        assert bool(rule.check(torch.tensor([1]), h, flat, idx)) == exits
+    # two distributions whose KL differs by direction: eps between the two values
+    prev, now = torch.tensor([[3.0, 0.0, 0.0]]), torch.tensor([[1.0, 0.0, 0.0]])
+    lp, ln = F.log_softmax(prev, -1), F.log_softmax(now, -1)
+    forward = float((ln.exp() * (ln - lp)).sum())   # KL(now || prev), A1's
+    backward = float((lp.exp() * (lp - ln)).sum())  # KL(prev || now), Huginn's
+    eps = (forward + backward) / 2
+    assert backward < eps < forward
+    for rule, exits in ((KLHuginn(eps), True), (KL(eps), False)):
+        rule.reset(1)
+        rule.check(torch.tensor([1]), h, prev, idx)
+        assert bool(rule.check(torch.tensor([2]), h, now, idx)) == exits
+
+
+def test_minp_kl_ignores_the_tail_below_a_tenth_of_the_top_probability():
+    # min-p: tokens below 0.1 x the top probability count as 1/V, then renormalized
+    p = torch.tensor([[0.6, 0.3, 0.05, 0.05]])
+    expected = torch.tensor([0.6, 0.3, 0.25, 0.25]) / 1.4
+    torch.testing.assert_close(minp_log_probs(p.log()).exp()[0], expected)
+    # the tail moves below 0.07 while the head stays: minp-kl sees nothing, Huginn's
+    # plain KL does
+    before = torch.tensor([[0.7, 0.2, 0.025, 0.025, 0.025, 0.025]]).log()
+    after = torch.tensor([[0.7, 0.2, 0.06, 0.02, 0.01, 0.01]]).log()
+    h, idx = torch.zeros(1, 2), torch.tensor([0])
+    for rule, exits in ((MinpKL(1e-5), True), (KLHuginn(1e-3), False)):
+        rule.reset(1)
+        assert not rule.check(torch.tensor([1]), h, before, idx)  # far from uniform
+        assert bool(rule.check(torch.tensor([2]), h, after, idx)) == exits
+
+
+def test_entropy_diff_exits_when_the_entropy_stops_changing_not_the_distribution():
+    h, idx = torch.zeros(1, 2), torch.tensor([0])
+    a = torch.tensor([[2.0, 1.0, 0.0]])
+    rule = EntropyDiff(1e-3)
+    rule.reset(1)
+    assert not rule.check(torch.tensor([1]), h, a, idx)  # Huginn's start: entropy 100
+    # the same probabilities on other tokens: the argmax moved, the entropy did not
+    assert rule.check(torch.tensor([2]), h, a[:, [2, 0, 1]], idx)
+    rule.reset(1)
+    rule.check(torch.tensor([1]), h, a, idx)
+    assert not rule.check(torch.tensor([2]), h, 2 * a, idx)  # sharper: entropy dropped
+
+
+def test_argmax_stability_exits_after_n_stable_checks_not_n_minus_1():
+    h, idx = torch.zeros(1, 2), torch.tensor([0])
+    top = [0, 2, 2, 2, 2, 1, 1, 1]  # the argmax at checks 1..8
+    logits = [F.one_hot(torch.tensor([k]), 3).float() for k in top]
+    rule = ArgmaxStability(2)
+    rule.reset(1)
+    exits = [bool(rule.check(torch.tensor([i]), h, lg, idx)) for i, lg in enumerate(logits, 1)]
+    # stable for 1 check at check 3, for 2 at check 4; reset by the change at check 6
+    assert exits == [False, False, False, True, True, False, False, True]
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r != "uniform"])
+def test_each_rules_conservative_end_is_uniform_depth_r(rule):
+    # threshold 0 (a count of R stable checks): nothing exits before the cap, so the
+    # grid always holds a setting that matches depth R
+    model = backbone()
+    x = tiny_tokens(2, 16)
+    h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))
+    w = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    cap = 5
+    policy = make(rule, cap if rule == "argmax-stability" else 0.0, probe=(w, 0.0))
+    run = masked_forward(model, x, policy, cap=cap, h0=h0)
+    assert (run.exit_loop == cap).all()
+    plain = model(x, loops=cap, read="last", h0=h0)
+    torch.testing.assert_close(run.logits, plain.logits[-1], rtol=1e-5, atol=1e-5)
+    # one step less aggressive than the end does exit, so the test can fail
+    loose = make(rule, 1 if rule == "argmax-stability" else 10.0, probe=(w, 0.0))
+    assert (masked_forward(model, x, loose, cap=cap, h0=h0).exit_loop < cap).any()
+
+
+def test_rule_defaults_are_huginns_and_params_knows_them():
+    assert {r: rule_defaults(r) for r in RULES if r != "uniform"} == RULE_DEFAULTS
+    assert rule_defaults("kl-huginn") == (1e-3, 5e-4)  # its first release used 5e-4
+    assert (LatentDiff.default, Cosine.default, MinpKL.default) == (0.03, 1e-3, 1e-5)
+    assert (EntropyDiff.default, ArgmaxStability.default, KL.default) == (1e-3, 5, 1e-3)
+    for rule, grid in default_grids().items():
+        assert set(rule_defaults(rule)) <= set(grid), rule
 
 
 def test_a_token_that_exits_keeps_its_state_and_shows_its_exit_loop_keys():
@@ -122,8 +247,9 @@ def test_convergence_loop_on_a_constructed_kl_path():
         [1e-4, 1e-4, 1e-4, 1e-2],   # loop 4
         [1e-4, 1e-4, 1e-4, 1e-2],   # loop 5
     ])
-    # token 0 last moved at loop 3; token 1 never; token 2 at loop 2; token 3 still at 5
-    assert convergence_loop(kl, eps).tolist() == [3, 1, 2, 5]
+    # KL stays below eps from loop 4 on for token 0, from 2 (never moved) for token 1,
+    # from 3 for token 2; token 3 still moves at the last loop measured (5 -> 6)
+    assert convergence_loop(kl, eps).tolist() == [4, 2, 3, 6]
 
 
 def test_probe_labels_are_the_oracle_definition():
@@ -184,3 +310,83 @@ def test_initial_states_are_keyed_by_seed_and_window_start():
     rms = both.pow(2).mean().sqrt()  # Huginn's: sqrt(2 / 5d) times sqrt(d), about 0.6
     assert 0.5 < rms < 0.7
     assert initial_states(backbone(state_init="embed"), np.array([0]), seed=42) is None
+
+
+def _result(ce: np.ndarray, loops: float, checks: int = 1) -> PolicyResult:
+    """Per-token results whose tokens all ran `loops` loops (a mean; rounded per token)."""
+    n = len(ce)
+    exit_loop = np.where(np.arange(n) < round((loops % 1) * n), int(loops) + 1, int(loops))
+    return PolicyResult(ce, exit_loop, np.full(n, checks), np.zeros(n))
+
+
+def summarized(match=0.01, report_shift=0.0):
+    """summarize() on constructed per-token CEs: R = 4, 40 tokens in 8 documents.
+    Uniform depth 2 is within match_nats of depth 4 but not within half of it; depth 3
+    within half. kl at 0.01 likewise matches only at the full margin; at 1e-3 within
+    half. probe never matches."""
+    model, n, r = backbone(), 40, 4
+    docs = np.repeat(np.arange(8), 5)
+    base = 3.0 + 0.1 * np.sin(np.arange(n))
+    sets = {"choose": base, "report": base + report_shift}
+    uniform = {s: np.stack([ce + d for d in (0.5, 0.007, 0.002, 0.0)]) for s, ce in sets.items()}
+    rows = {("kl", 0.0): (0.0, 4.0), ("kl", 1e-3): (0.003, 2.5), ("kl", 1e-2): (0.008, 1.5),
+            ("kl-huginn", 0.0): (0.0, 4.0), ("kl-huginn", 5e-4): (0.002, 3.0),
+            ("kl-huginn", 1e-3): (0.006, 2.0), ("probe", 0.5): (0.1, 1.0)}
+    results = {key: {s: _result(ce + d, loops) for s, ce in sets.items()}
+               for key, (d, loops) in rows.items()}
+    metrics, table = summarize(model, uniform, results, docs, r, match, resamples=200)
+    return model, metrics, table
+
+
+def test_summarize_chooses_within_half_the_margin_and_reads_against_the_baseline():
+    model, metrics, _ = summarized()
+    assert metrics["choose_nats"] == metrics["match_nats"] / 2 == 0.005
+    # depth 2 (+0.007) matches only at the full margin: M is 3, the baseline min(R, M)
+    assert metrics["uniform"]["matched_depth"] == 3 and metrics["baseline_depth"] == 3
+    assert metrics["uniform"]["delta_ce"]["value"] == pytest.approx(0.002)
+    kl = metrics["kl"]
+    assert kl["matched"] and kl["threshold"] == 1e-3  # not 1e-2 (+0.008, fewer loops)
+    assert kl["mean_loops"] == pytest.approx(2.5)
+    assert kl["delta_ce"]["value"] == pytest.approx(0.003)
+    assert kl["mean_loops_iv"]["lo"] <= 2.5 <= kl["mean_loops_iv"]["hi"]
+    cost = model.cost()
+    assert kl["flops_ratio"] == pytest.approx(kl["flops_ratio_baseline"] * cost.uniform(3)
+                                              / cost.uniform(4))
+    assert kl["loops_ratio_baseline"] == pytest.approx(2.5 / 3)
+    assert metrics["probe"] == {"matched": False}  # no numbers where nothing matched
+
+
+def test_summarize_reports_on_the_report_windows_and_at_the_defaults():
+    _, metrics, table = summarized(report_shift=0.05)
+    kl = metrics["kl"]
+    assert kl["ce"] == pytest.approx(3.05 + 0.003 + 0.1 * np.sin(np.arange(40)).mean())
+    assert kl["default"]["threshold"] == 1e-3 and kl["defaults"] == [kl["default"]]
+    huginn = metrics["kl-huginn"]  # chooses 5e-4 (+0.002); 1e-3 (+0.006) is its default too
+    assert huginn["threshold"] == 5e-4
+    assert [d["threshold"] for d in huginn["defaults"]] == [1e-3, 5e-4]
+    assert huginn["default"]["mean_loops"] == pytest.approx(2.0)
+    assert huginn["default"]["delta_ce"]["value"] == pytest.approx(0.006)
+    assert set(huginn["default"]) == {"threshold", "mean_loops", "ce", "delta_ce",
+                                      "flops_ratio", "flops_ratio_baseline"}
+    marked = {(row["rule"], row["threshold"]) for row in table if row["default"]}
+    assert marked == {("kl", 1e-3), ("kl-huginn", 1e-3), ("kl-huginn", 5e-4), ("probe", 0.5)}
+    assert {row["set"] for row in table} == {"choose", "report"}
+
+
+def test_summarize_with_a_wider_margin_takes_the_cheaper_settings():
+    # the same data at match_nats 0.02: depth 2 and kl 1e-2 are now within half of it
+    _, metrics, _ = summarized(match=0.02)
+    assert metrics["uniform"]["matched_depth"] == 2 == metrics["baseline_depth"]
+    assert metrics["kl"]["threshold"] == 1e-2
+    # 1e-2 is kl's most aggressive setting: the grid may stop too early, and says so
+    assert metrics["kl"]["at_grid_edge"]
+    assert not summarized()[1]["kl"]["at_grid_edge"]
+
+
+def test_summarize_refuses_a_default_that_was_not_swept():
+    model = backbone()
+    ce = np.full(10, 3.0)
+    uniform = {s: np.stack([ce, ce]) for s in ("choose", "report")}
+    results = {("cosine", 0.0): {s: _result(ce, 2.0) for s in ("choose", "report")}}
+    with pytest.raises(ValueError, match="cosine: threshold 0.001 was not swept"):
+        summarize(model, uniform, results, np.arange(10), 2, 0.01, 100)

@@ -8,7 +8,7 @@ import torch
 from conftest import BACKBONE, TINY, Scripted
 
 from loopscope.model import LoopedLM
-from loopscope.policies import KL, Latent, Uniform, masked_forward
+from loopscope.policies import RULES, Uniform, make, masked_forward
 from loopscope.runtime import Layout, generate, score
 
 MODELS = {
@@ -60,14 +60,43 @@ def test_decoding_equals_the_masked_reference_for_random_exits(name):
     assert run.steps <= int(exit_at.sum(1).max())
 
 
-@pytest.mark.parametrize("rule", [KL(1e-2), Latent(0.2)])
-def test_real_policies_decide_alike_in_the_runtime_and_the_reference(rule):
+# A threshold per rule at which the random backbone exits some tokens early and no
+# decision sits within float round-off of it (checked at +-0.1%).
+THRESHOLDS = {"kl": 1e-3, "kl-huginn": 1e-3, "minp-kl": 1e-3, "entropy-diff": 1e-3,
+              "latent-diff": 0.3, "cosine": 0.1, "argmax-stability": 3, "probe": 0.01}
+
+
+def test_every_rule_is_in_the_agreement_test():
+    assert set(THRESHOLDS) == set(RULES) - {"uniform"}
+
+
+@pytest.mark.parametrize("rule", list(THRESHOLDS))
+def test_every_rule_decides_alike_in_the_runtime_and_the_reference(rule):
+    # the same policy object through the masked reference, runtime scoring and decoding
     model, x, h0 = setup(BACKBONE, b=2, t=16)
-    ref = masked_forward(model, x, rule, cap=8, h0=h0)
-    run = score(model, x, rule, cap=8, h0=h0)
+    w = torch.randn(BACKBONE.d_model, generator=torch.Generator().manual_seed(0))
+    policy = make(rule, THRESHOLDS[rule], probe=(w, 0.0))
+    ref = masked_forward(model, x, policy, cap=8, h0=h0)
+    run = score(model, x, policy, cap=8, h0=h0)
     assert torch.equal(run.exit_loop, ref.exit_loop) and torch.equal(run.checks, ref.checks)
     torch.testing.assert_close(run.logits, ref.logits, rtol=1e-4, atol=1e-4)
+    decoded = generate(model, x, policy, cap=8, h0=h0)
+    assert torch.equal(decoded.exit_loop, ref.exit_loop)
+    assert torch.equal(decoded.checks, ref.checks)
+    torch.testing.assert_close(decoded.logits, ref.logits, rtol=1e-4, atol=1e-4)
     assert 1 < ref.exit_loop.float().mean() < 8  # the rule did exit some tokens early
+
+
+@pytest.mark.parametrize("rule", ["latent-diff", "cosine"])
+def test_the_first_check_compares_with_h0_in_every_engine(rule):
+    # at a threshold of 1 some tokens' loop-1 state is close enough to their H_0 to
+    # exit at loop 1, which only the comparison with H_0 (Policy.begin) allows
+    model, x, h0 = setup(BACKBONE, b=2, t=16)
+    policy = make(rule, 1.0)
+    ref = masked_forward(model, x, policy, cap=8, h0=h0)
+    assert (ref.exit_loop == 1).any()
+    assert torch.equal(score(model, x, policy, cap=8, h0=h0).exit_loop, ref.exit_loop)
+    assert torch.equal(generate(model, x, policy, cap=8, h0=h0).exit_loop, ref.exit_loop)
 
 
 def test_uniform_decoding_is_a_plain_forward_pass():

@@ -11,15 +11,23 @@ exits: does the adaptive runtime (loopscope.runtime) turn a policy's saved loops
 wall-clock time? On the cell's first trained run, with each policy at the threshold the
 policies stage chose on the `choose` windows (timed on the disjoint `report` windows),
 for teacher-forced scoring (policies.batch_size windows per call) and for decoding (one
-stream, and convergence.windows... streams decoded together, depth-wise batched):
-    realized        time of uniform depth R / time of the policy
-    ideal           FLOPs of uniform depth R / FLOPs of the same exit decisions, checks
-                    included (LoopedLM.cost: attention at the mean query position)
-    measured_ideal  the same ratio with each loop and check costed at its measured time
-                    for its number of active tokens (scoring only): what skipping can
-                    give on this machine once per-call overheads are counted
-    vs_matched_uniform  time of the smallest uniform depth that matches depth R's
-                    quality on `choose` / time of the policy: the honest baseline
+stream, and policies.batch_size streams decoded together, depth-wise batched), every
+mode a median over bench.repeats (>= 3) interleaved rounds, each round's seconds kept.
+Every ratio reads against the honest baseline, uniform depth B = min(R, M) with M the
+smallest uniform depth that matches depth R's quality (metrics/policies' baseline_depth):
+a per-token policy saves nothing unless it beats the depth a uniform model needs anyway.
+The same ratio against depth R sits beside it (`_vs_r`).
+    realized        time of uniform depth B / time of the policy (the headline)
+    flop_speedup    FLOPs of uniform depth B / FLOPs of the same exit decisions, checks
+                    included (LoopedLM.cost: attention at the mean query position). Not a
+                    ceiling on `realized`: time is not proportional to FLOPs at this size
+                    (at batch 1 a KL check costs less time than its FLOPs say, and A1
+                    realizes more than its FLOP speedup)
+    measured_speedup  the FLOP speedup with each loop and check costed at its measured
+                    time for its number of active tokens (scoring only): what skipping
+                    can give on this machine once per-call overheads are counted
+    masked_reference_realized  time of uniform depth B / time of A1 through the masked
+                    reference (scoring; paper B's setting, which skips no work)
 
 train: how fast is a training step, per precision, and how close does it come to this
 machine's matrix-multiply speed in that precision? Per cell (from params.yaml alone, no
@@ -62,7 +70,6 @@ import torch.nn.functional as F
 
 from loopscope import compute, memory, paths, runtime
 from loopscope.config import READS, CellConfig, load_cell
-from loopscope.convergence import fit_probe, trajectory
 from loopscope.depth import sampler
 from loopscope.errors import DataError, ParamsError, run, write_json
 from loopscope.model import LoopedLM, ModelConfig, schedule
@@ -74,7 +81,13 @@ from loopscope.report import cell_group, paper_b_backbones
 from loopscope.runs import Windows, trained_runs
 from loopscope.train import compiled, forward_loss, optimizer, update
 
-RULES = ("kl", "latent", "cosine", "probe")
+# The rules timed, each at its matched threshold: A1 and the two head-free rules. A2
+# (probe) matches depth R only by hardly exiting (paper B: no saving; 7.99 of 8 loops
+# here), kl-huginn exits where kl does, and minp-kl, entropy-diff and argmax-stability
+# pay kl's check while exiting later: timing them would lengthen the stage, not answer
+# anything new.
+RULES = ("kl", "latent-diff", "cosine")
+MIN_REPEATS = 3  # every mode is a median over at least this many interleaved rounds
 PRECISIONS = ("fp32", "bf16")  # of a training step (loopscope.compute)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -89,14 +102,15 @@ def interleaved(jobs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, f
     return {n: statistics.median(v) for n, v in interleaved_rounds(jobs, repeats).items()}
 
 
-def interleaved_rounds(jobs: dict[str, Callable[[], Any]], repeats: int
+def interleaved_rounds(jobs: dict[str, Callable[[], Any]], repeats: int, warm: bool = True
                        ) -> dict[str, list[float]]:
-    """Seconds of each job in each of `repeats` rounds (after one untimed warm-up call),
-    the jobs interleaved within a round and their order rotated between rounds, so
-    drift in the machine's speed falls on all of them alike."""
+    """Seconds of each job in each of `repeats` rounds (after one untimed warm-up call,
+    unless the caller has already run every job: warm=False), the jobs interleaved
+    within a round and their order rotated between rounds, so drift in the machine's
+    speed falls on all of them alike."""
     names = list(jobs)
     times: dict[str, list[float]] = {n: [] for n in names}
-    for name in names:  # warm-up, untimed
+    for name in names if warm else []:  # warm-up, untimed
         jobs[name]()
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
@@ -117,12 +131,14 @@ def _ce(logits: torch.Tensor, y: torch.Tensor) -> float:
     return float(F.cross_entropy(logits.flatten(0, 1).float(), y.flatten()))
 
 
-def matched_policies(metrics: dict[str, Any], probe: tuple[torch.Tensor, float] | None,
-                     first: int, every: int) -> dict[str, Policy]:
-    """Each rule at the threshold the policies stage chose (rules that never matched
-    depth R's quality are left out)."""
-    return {rule: make(rule, metrics[rule]["threshold"], first, every, probe)
-            for rule in RULES if metrics.get(rule, {}).get("matched")}
+def matched_policies(metrics: dict[str, Any], first: int, every: int) -> dict[str, Policy]:
+    """Each rule of RULES at the threshold the policies stage chose, where it exits
+    before the cap: a rule that never matched depth R's quality, or matched it only by
+    not exiting (a threshold of 0 is uniform depth R plus checks), has nothing to time."""
+    reference = metrics["reference_depth"]
+    return {rule: make(rule, metrics[rule]["threshold"], first, every)
+            for rule in RULES if metrics.get(rule, {}).get("matched")
+            and metrics[rule]["mean_loops"] < reference}
 
 
 def calibrate(model: LoopedLM, x: torch.Tensor, h0: torch.Tensor | None,
@@ -157,12 +173,34 @@ def _predicted(active_per_loop: list[int], checks: list[int], cal: dict[str, Any
                  + sum(np.interp(n, at, cal["check_s"]) for n in checks))
 
 
-def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, m: int,
+def speedups(base: float, cost: dict[str, float]) -> dict[str, float]:
+    """A baseline's cost (seconds, or FLOPs) over each policy's."""
+    return {n: base / c for n, c in cost.items()}
+
+
+def _timings(rounds: dict[str, list[float]], tokens: int) -> dict[str, Any]:
+    seconds = {n: statistics.median(v) for n, v in rounds.items()}
+    return {"seconds": seconds, "round_seconds": rounds,
+            "tokens_per_s": {n: tokens / v for n, v in seconds.items()}}
+
+
+def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedLM, r: int, b: int
+            ) -> None:
+    """The ratios of one mode (module doc): the policies' median seconds and FLOPs
+    against uniform depth b's (the honest baseline) and depth R's."""
+    seconds, cost = out["seconds"], model.cost()
+    times = {n: seconds[n] for n in flops}
+    out.update({"realized": speedups(seconds[f"uniform {b}"], times),
+                "realized_vs_r": speedups(seconds[f"uniform {r}"], times),
+                "flop_speedup": speedups(cost.uniform(b), flops),
+                "flop_speedup_vs_r": speedups(cost.uniform(r), flops)})
+
+
+def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b: int,
             batch: int, repeats: int) -> dict[str, Any]:
-    """Teacher-forced scoring of the windows: uniform depths R and m (plain forward
+    """Teacher-forced scoring of the windows: uniform depths R and b (plain forward
     passes), every policy through the runtime, and A1 through the masked reference."""
     data = _batches(w, batch)
-    out: dict[str, Any] = {"tokens": int(w.x.numel()), "batch_windows": batch}
     decisions: dict[str, dict[str, Any]] = {}
     for name, policy in policies.items():
         runs = [runtime.score(model, xb, policy, r, hb) for xb, _, hb in data]
@@ -176,36 +214,38 @@ def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, m:
             "active": [rn.active_per_loop for rn in runs],
             "checks": [[int(c) for c in _checks_per_loop(rn, policy, r)] for rn in runs],
         }
-    jobs: dict[str, Callable[[], Any]] = {
-        f"uniform {r}": lambda: [model(xb, loops=r, read="last", h0=hb) for xb, _, hb in data],
-        f"uniform {m}": lambda: [model(xb, loops=m, read="last", h0=hb) for xb, _, hb in data],
-    }
+    jobs: dict[str, Callable[[], Any]] = {  # one job when b is R
+        f"uniform {k}": (lambda k=k: [model(xb, loops=k, read="last", h0=hb)
+                                      for xb, _, hb in data]) for k in sorted({r, b})[::-1]}
     for name, policy in policies.items():
         jobs[name] = (lambda p=policy: [runtime.score(model, xb, p, r, hb)
                                         for xb, _, hb in data])
     if "kl" in policies:
         jobs["kl (masked reference)"] = lambda: [masked_forward(model, xb, policies["kl"], r, hb)
                                                  for xb, _, hb in data]
-    seconds = interleaved(jobs, repeats)
-    cost = model.cost()
-    base, matched_t = seconds[f"uniform {r}"], seconds[f"uniform {m}"]
+    for name in set(jobs) - set(policies):  # warm-up, untimed (the policies ran above)
+        jobs[name]()
+    out: dict[str, Any] = {"tokens": int(w.x.numel()), "batch_windows": batch,
+                           **_timings(interleaved_rounds(jobs, repeats, warm=False),
+                                      int(w.x.numel()))}
+    seconds = out["seconds"]
+    _ratios(out, {n: d["flops"] for n, d in decisions.items()}, model, r, b)
     cal = calibrate(model, data[0][0], data[0][2], any(p.needs_logits for p in policies.values()))
-    uniform = _predicted([data[0][0].numel()] * r, [], cal) * len(data)
+    uniform = {k: _predicted([data[0][0].numel()] * k, [], cal) * len(data) for k in (r, b)}
+    predicted = {n: sum(_predicted(a, c, cal) for a, c in zip(d["active"], d["checks"],
+                                                               strict=True))
+                 for n, d in decisions.items()}
     out.update({
-        "seconds": seconds,
-        "tokens_per_s": {k: out["tokens"] / v for k, v in seconds.items()},
-        "realized": {n: base / seconds[n] for n in policies},
-        "ideal": {n: cost.uniform(r) / d["flops"] for n, d in decisions.items()},
-        "measured_ideal": {n: uniform / sum(
-            _predicted(a, c, cal) for a, c in zip(d["active"], d["checks"], strict=True))
-            for n, d in decisions.items()},
-        "vs_matched_uniform": {n: matched_t / seconds[n] for n in policies},
+        "measured_speedup": speedups(uniform[b], predicted),
+        "measured_speedup_vs_r": speedups(uniform[r], predicted),
         "mean_loops": {n: d["mean_loops"] for n, d in decisions.items()},
         "ce": {n: d["ce"] for n, d in decisions.items()},
         "calibration": cal,
     })
     if "kl" in policies:
-        out["masked_reference_realized"] = base / seconds["kl (masked reference)"]
+        masked = seconds["kl (masked reference)"]
+        out["masked_reference_realized"] = seconds[f"uniform {b}"] / masked
+        out["masked_reference_realized_vs_r"] = seconds[f"uniform {r}"] / masked
     return out
 
 
@@ -217,36 +257,32 @@ def _checks_per_loop(rn: runtime.ScoreRun, policy: Policy, r: int) -> list[int]:
             if loop < r and policy.checks_at(loop)]
 
 
-def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, m: int,
+def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b: int,
              streams: int, tokens: int, repeats: int) -> dict[str, Any]:
     """Token-by-token decoding, teacher-forced on the first `streams` windows cut to
-    `tokens` tokens, streams depth-wise batched; uniform depths through the same
+    `tokens` tokens, streams depth-wise batched; uniform depths R and b through the same
     decoder (every token runs the cap)."""
     x, y = w.x[:streams, :tokens], w.y[:streams, :tokens]
     h0 = None if w.h0 is None else w.h0[:streams, :tokens]
-    configs: dict[str, tuple[Policy, int]] = {f"uniform {r}": (Uniform(), r),
-                                              f"uniform {m}": (Uniform(), m)}
+    configs: dict[str, tuple[Policy, int]] = {f"uniform {k}": (Uniform(), k)
+                                              for k in sorted({r, b})[::-1]}
     configs.update({n: (p, r) for n, p in policies.items()})
     jobs = {n: (lambda p=p, cap=cap: runtime.generate(model, x, p, cap, h0))
             for n, (p, cap) in configs.items()}
-    runs = {n: job() for n, job in jobs.items()}
-    seconds = interleaved(jobs, repeats)
-    cost = model.cost()
-    base, matched_t = seconds[f"uniform {r}"], seconds[f"uniform {m}"]
+    runs = {n: job() for n, job in jobs.items()}  # the decisions, and the warm-up
+    out: dict[str, Any] = {"streams": streams, "tokens_per_stream": tokens,
+                           **_timings(interleaved_rounds(jobs, repeats, warm=False),
+                                      int(x.numel()))}
     flops = {n: flops_per_token(model, runs[n].exit_loop.cpu().numpy(),
                                 runs[n].checks.cpu().numpy(), p.needs_logits)
              for n, p in policies.items()}
-    return {
-        "streams": streams, "tokens_per_stream": tokens,
-        "seconds": seconds,
-        "tokens_per_s": {n: x.numel() / v for n, v in seconds.items()},
+    _ratios(out, flops, model, r, b)
+    out.update({
         "steps": {n: rn.steps for n, rn in runs.items()},
-        "realized": {n: base / seconds[n] for n in policies},
-        "ideal": {n: cost.uniform(r) / f for n, f in flops.items()},
-        "vs_matched_uniform": {n: matched_t / seconds[n] for n in policies},
         "mean_loops": {n: float(rn.exit_loop.float().mean()) for n, rn in runs.items()},
         "ce": {n: _ce(rn.logits, y) for n, rn in runs.items()},
-    }
+    })
+    return out
 
 
 def top_ops(fn: Callable[[], Any], n: int = 12) -> list[dict]:
@@ -274,6 +310,10 @@ def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> 
 
 def exits(params: Params, cell: str | None, repeats: int | None = None) -> dict[str, Any]:
     """The exit benchmark (module doc) on `cell` (default: the main paper B backbone)."""
+    repeats = params.bench.repeats if repeats is None else repeats
+    if repeats < MIN_REPEATS:
+        raise ParamsError(f"--repeats is {repeats}; every mode is a median over at least "
+                          f"{MIN_REPEATS} interleaved rounds.")
     if cell is None:
         configs = {c: load_cell(paths.config_file(c)) for c in params.cells}
         cell, _ = paper_b_backbones({c: v for c, v in configs.items()
@@ -281,31 +321,28 @@ def exits(params: Params, cell: str | None, repeats: int | None = None) -> dict[
         if cell is None:
             raise DataError("no paper B backbone in params.yaml; pass --cell.")
     metrics = read_metrics("policies", cell)
-    r, m = metrics["reference_depth"], metrics["uniform"]["matched_depth"]
-    repeats = repeats or params.bench.repeats
+    r, m, b = (metrics["reference_depth"], metrics["uniform"]["matched_depth"],
+               metrics["baseline_depth"])
     tokens = min(params.bench.decode_tokens, load_cell(paths.config_file(cell)).model.context)
     first = next(trained_runs(cell))
     model, cfg = first.model, params.policies
     torch.set_num_threads(first.cell.train.threads)
     sets = first.window_sets(params.convergence.windows, "convergence.windows")
     with torch.no_grad():  # fp32 (first.compute), as the policies stage measured
-        p = sets["probe"]
-        probe = fit_probe(trajectory(model, p.x, p.y, p.h0, r, cfg.batch_size,
-                                     keep_states=r - 1), r)
-        policies = matched_policies(metrics, probe, cfg.first, cfg.every)
+        policies = matched_policies(metrics, cfg.first, cfg.every)
         report = sets["report"]
         result = {
-            "cell": cell, "run": first.tag, "reference_depth": r,
-            "smallest_matching_uniform_depth": m, "repeats": repeats,
+            "cell": cell, "run": first.tag, "reference_depth": r, "matched_depth": m,
+            "baseline_depth": b, "repeats": repeats,
             "thresholds": {n: metrics[n]["threshold"] for n in policies},
             "check_schedule": {"first": cfg.first, "every": cfg.every},
             "machine": {"cpu": platform.processor() or platform.machine(),
                         "threads": torch.get_num_threads(), "torch": torch.__version__,
                         "device": str(first.compute.device)},
-            "scoring": scoring(model, report, policies, r, m, cfg.batch_size, repeats),
-            "generation_batch1": decoding(model, report, policies, r, m, 1, tokens, repeats),
-            "generation_batched": decoding(model, report, policies, r, m, cfg.batch_size,
-                                           tokens, max(1, repeats // 2)),
+            "scoring": scoring(model, report, policies, r, b, cfg.batch_size, repeats),
+            "generation_batch1": decoding(model, report, policies, r, b, 1, tokens, repeats),
+            "generation_batched": decoding(model, report, policies, r, b, cfg.batch_size,
+                                           tokens, repeats),
         }
         if policies:
             best = max(policies, key=lambda n: result["scoring"]["realized"][n])
@@ -513,7 +550,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
     ex = sub.add_parser("exits", help="adaptive runtime: realized vs ideal speedup")
     ex.add_argument("--cell", help="a trained cell (default: the main paper B backbone)")
-    ex.add_argument("--repeats", type=int, help="timed rounds (default: bench.repeats)")
+    ex.add_argument("--repeats", type=int, help="timed rounds, >= 3 (default: bench.repeats)")
     ex.add_argument("--out", default=str(paths.bench_file("exits")))
     tr = sub.add_parser("train", help="training step against the machine's matmul")
     tr.add_argument("--cells", nargs="+", help="cells of params.yaml (default: "
@@ -538,9 +575,11 @@ def main(argv: list[str] | None = None) -> None:
     result = exits(params, args.cell, args.repeats)
     write_json(args.out, result)
     s = result["scoring"]
-    found = ", ".join(f"{n} {v:.2f}x (ideal {s['ideal'][n]:.2f}x)"
+    found = ", ".join(f"{n} {v:.2f}x (FLOPs {s['flop_speedup'][n]:.2f}x; "
+                      f"{s['realized_vs_r'][n]:.2f}x vs depth {result['reference_depth']})"
                       for n, v in s["realized"].items())
-    print(f"bench exits {result['cell']}: scoring realized {found} -> {args.out}")
+    print(f"bench exits {result['cell']}: scoring against uniform depth "
+          f"{result['baseline_depth']}: {found} -> {args.out}")
 
 
 if __name__ == "__main__":

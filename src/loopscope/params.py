@@ -90,16 +90,41 @@ def _list(*values: Any) -> Any:
     return field(default_factory=lambda: list(values))
 
 
+# The exit rules a policies grid may name, with their default thresholds: the rules'
+# `default` / `defaults` in loopscope.policies (tests/test_policies.py checks that the
+# two agree). Listed here rather than imported, since every stage imports this module
+# and dvc.yaml would then make every stage depend on the policies.
+RULE_DEFAULTS: dict[str, tuple[float, ...]] = {
+    "kl": (1e-3,), "kl-huginn": (1e-3, 5e-4), "minp-kl": (1e-5,), "entropy-diff": (1e-3,),
+    "latent-diff": (0.03,), "cosine": (1e-3,), "argmax-stability": (5.0,), "probe": (0.5,),
+}
+# Rules whose threshold counts checks (whole numbers >= 1): their conservative end is a
+# count of at least R, which cannot fire before the cap; every other rule's is 0.
+COUNT_RULES = ("argmax-stability",)
+
+
+def doublings(anchor: float, low: int, high: int) -> list[float]:
+    """0, then anchor x 2^k for k = low..high: a grid through the default whose steps
+    are 2x, down to the conservative end."""
+    return [0.0] + [anchor * 2.0 ** k for k in range(low, high + 1)]
+
+
+def default_grids() -> dict[str, list[float]]:
+    """The threshold grids params.yaml ships (see its policies section)."""
+    return {"kl": doublings(1e-3, -6, 7), "kl-huginn": doublings(1e-3, -6, 7),
+            "minp-kl": doublings(1e-5, -2, 12), "entropy-diff": doublings(1e-3, -4, 8),
+            "latent-diff": doublings(0.03, -5, 4), "cosine": doublings(1e-3, -6, 6),
+            "argmax-stability": [1.0, 2.0, 3.0, 4.0, 5.0, 8.0],
+            "probe": doublings(0.5, -9, 0)}
+
+
 @dataclass
 class PoliciesConfig:
     """Paper B's depth policies: threshold grids, the matching rule, the check schedule."""
 
     cells: list[str] = _list()  # the cells whose policies are swept (at least one)
     match_nats: float = 0.01  # matched quality: mean CE within this of uniform depth R
-    kl: list[float] = _list(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)  # A1's epsilon
-    latent: list[float] = _list(0.01, 0.02, 0.05, 0.1, 0.2)  # relative state change
-    cosine: list[float] = _list(1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # 1 - cosine
-    probe: list[float] = _list(0.05, 0.1, 0.2, 0.3, 0.5)  # A2's probability of a later change
+    grids: dict[str, list[float]] = field(default_factory=default_grids)  # rule -> thresholds
     first: int = 1  # first loop with a check
     every: int = 1  # loops between checks
     cross_epsilon: float = 1e-3  # A1 on every cell, capped at depth_factor x R
@@ -111,7 +136,7 @@ class BenchConfig:
     """The exit benchmark (python -m loopscope.bench exits)."""
 
     cell: str = ""  # the cell timed (one of policies.cells)
-    repeats: int = 5  # timed rounds per configuration; the median is reported
+    repeats: int = 5  # timed rounds per configuration (>= 3); the median is reported
     decode_tokens: int = 64  # tokens decoded per stream
 
 
@@ -195,6 +220,11 @@ def _coerce(path: str, value: Any, default: Any, hint: Any = None) -> Any:
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
+    elif kind is dict:  # a mapping of names to lists of numbers (policies.grids)
+        if not isinstance(value, dict):
+            raise ParamsError(f"'{path}' must be a mapping of names to lists of numbers, "
+                              f"got {value!r}.")
+        return {str(k): _coerce(f"{path}.{k}", v, []) for k, v in value.items()}
     elif kind is list and typing.get_args(hint) == (str,):
         ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
     elif kind is list:
@@ -307,18 +337,56 @@ def _check_ranges(section: str, obj: Any) -> None:
         req("tolerance", obj.tolerance >= 0, ">= 0")
     elif isinstance(obj, PoliciesConfig):
         req("match_nats", obj.match_nats > 0, "> 0")
-        for name in ("kl", "latent", "cosine", "probe"):
-            grid = getattr(obj, name)
-            req(name, bool(grid) and all(v > 0 for v in grid), "a non-empty list of numbers > 0")
-        req("probe", all(v < 1 for v in obj.probe), "probabilities below 1")
+        req("grids", bool(obj.grids), "a mapping of at least one rule to its thresholds")
+        for rule, grid in obj.grids.items():
+            _check_grid(rule, grid)
         for name in ("first", "every", "batch_size"):
             req(name, getattr(obj, name) >= 1, ">= 1")
         req("cross_epsilon", obj.cross_epsilon > 0, "> 0")
     elif isinstance(obj, BenchConfig):
-        req("repeats", obj.repeats >= 1, ">= 1")
+        req("repeats", obj.repeats >= 3, ">= 3 (every mode is a median of interleaved rounds)")
         req("decode_tokens", obj.decode_tokens >= 1, ">= 1")
     elif isinstance(obj, ReportConfig):
         req("timeout_s", obj.timeout_s >= 1, ">= 1")
+
+
+def _check_grid(rule: str, grid: list[float]) -> None:
+    """One rule's threshold grid: ascending, steps at most 2x apart, the rule's default(s)
+    in it, down to the conservative end (0 for a distance or probability: nothing is
+    below it, so no token exits and the rule is uniform depth R), so that a setting
+    matching depth R always exists and the matched one lies close to the margin. A count
+    rule's end (at least R) needs the cells: _check_policy_cells."""
+    path = f"policies.grids.{rule}"
+    if rule not in RULE_DEFAULTS:
+        hint = difflib.get_close_matches(rule, list(RULE_DEFAULTS), n=1)
+        raise ParamsError(f"'policies.grids' names an unknown rule '{rule}'."
+                          + (f" Did you mean '{hint[0]}'?" if hint else "")
+                          + f" Known rules: {', '.join(RULE_DEFAULTS)} (A0, uniform depth, "
+                          "is always measured and has no grid).")
+    _require(bool(grid), path, grid, "a non-empty list of thresholds")
+    _require(all(b > a for a, b in zip(grid, grid[1:], strict=False)), path, grid,
+             "sorted ascending, without repeats")
+    if rule in COUNT_RULES:
+        _require(all(v >= 1 and v == int(v) for v in grid), path, grid,
+                 "whole numbers of stable checks, >= 1")
+    else:
+        _require(grid[0] >= 0, path, grid, "thresholds >= 0")
+        _require(grid[0] == 0, path, grid,
+                 "down to 0, the conservative end (nothing is below 0: no token exits, "
+                 "uniform depth R), so that a setting matching depth R always exists")
+    if rule == "probe":
+        _require(grid[-1] < 1, path, grid, "probabilities below 1")
+    positive = [v for v in grid if v > 0]
+    for a, b in zip(positive, positive[1:], strict=False):
+        if b > 2 * a * (1 + 1e-9):
+            raise ParamsError(f"'{path}' jumps from {a:g} to {b:g} ({b / a:.3g}x); "
+                              "consecutive thresholds must be at most 2x apart, so that the "
+                              "matched setting lies close to the matching margin.")
+    for d in RULE_DEFAULTS[rule]:
+        if not any(abs(v - d) <= 1e-9 * d for v in grid):
+            raise ParamsError(f"'{path}' lacks the rule's default threshold {d:g} "
+                              f"(defaults: {', '.join(f'{x:g}' for x in RULE_DEFAULTS[rule])}); "
+                              "add it, so that the default is evaluated.")
 
 
 def parse_params(raw: Any) -> Params:
@@ -352,12 +420,13 @@ def parse_params(raw: Any) -> Params:
                 raise _unknown(f"cells.{name}", str(section), list(CELL_SECTIONS))
         params.cells[name] = overrides
         resolve_cell(params, name)  # validates the overrides now, not at training time
-    _check_cell_names(params)
+    _check_policy_cells(params)
     return params
 
 
-def _check_cell_names(params: Params) -> None:
-    """policies.cells and bench.cell name cells (dvc.yaml builds stages from them)."""
+def _check_policy_cells(params: Params) -> None:
+    """policies.cells and bench.cell name cells (dvc.yaml builds stages from them), and
+    every count rule's grid reaches each policy cell's depth R (its conservative end)."""
     if not params.policies.cells:
         raise ParamsError("'policies.cells' is empty; name at least one cell whose depth "
                           "policies are swept (paper B's backbone, or a paper A cell).")
@@ -370,6 +439,15 @@ def _check_cell_names(params: Params) -> None:
                 raise ParamsError(f"'{key}' names '{name}', which is not {where}."
                                   + (f" Did you mean '{hint[0]}'?" if hint else "")
                                   + f" Allowed: {', '.join(allowed)}.")
+    for rule in COUNT_RULES:
+        grid = params.policies.grids.get(rule)
+        for name in params.policies.cells if grid else []:
+            r = resolve_cell(params, name).model.loops
+            if grid[-1] < r:
+                raise ParamsError(
+                    f"'policies.grids.{rule}' ends at {grid[-1]:g} checks; it must reach "
+                    f"R = {r} (model.loops of cell '{name}'), a count that cannot fire "
+                    "before the cap, so that a setting matching depth R always exists.")
 
 
 def load_params(path: str | Path = paths.PARAMS) -> Params:

@@ -12,11 +12,16 @@ Exit semantics, used by every policy here and matched by the fast runtime
 `masked_forward` is the reference: it computes every token at every loop and applies
 the exits by masking, so it costs as much as uniform depth; the runtime skips the work.
 
-A policy is a small class with one interface, chosen by name (`make`):
-    check(loop, h, logits) -> bool mask of the tokens that exit after this loop
-    needs_logits: whether the check reads the coda and head (KL) or the state alone
-Rules: uniform (A0, no checks), kl (A1), probe (A2), and Huginn's head-free rules
-latent (relative state change) and cosine.
+A policy is a small class with one interface, chosen by name (`make`), as Huginn's
+exit evaluators are (recpre/raven_modeling_minimal.py):
+    begin(idx, h0): the tokens' initial states, before loop 1
+    check(loop, h, logits, idx) -> bool mask of the tokens that exit after this loop
+    needs_logits: whether the check reads the coda and head or the state alone
+    default, defaults: the rule's default threshold(s)
+Rules (RULES): uniform (A0, no checks), kl (A1, paper B's KL(p_i || p_prev)), probe
+(A2), and Huginn's rules by Huginn's names and defaults: kl-huginn (KL(p_prev || p_i),
+first check against uniform), minp-kl, entropy-diff, latent-diff (relative state
+change), cosine and argmax-stability.
 """
 
 from __future__ import annotations
@@ -53,17 +58,23 @@ class MaskedKV:
 
 class Policy:
     """An exit rule. Checks run at loops first, first + every, ...; a rule comparing
-    two loops compares the current check with the previous one.
+    two loops compares the current check with the token's previous one.
 
-    check() sees the tokens being checked as flat rows: the loop each has run (N,),
-    their states (N, d), their next-token logits (N, V) when the rule reads them, and
-    their positions idx in the flattened batch (B * T), so the masked reference (every
-    token), the runtime (only the active ones) and decoding (streams at different
+    begin() hands the rule each token's initial state H_0 (Huginn's evaluators start
+    from it). check() sees the tokens being checked as flat rows: the loop each has run
+    (N,), their states (N, d), their next-token logits (N, V) when the rule reads them,
+    and their positions idx in the flattened batch (B * T), so the masked reference
+    (every token), the runtime (only the active ones) and decoding (streams at different
     loops) call it alike.
+
+    `default` is the rule's default threshold (Huginn's, for the rules Huginn has);
+    `defaults` lists more where more than one is worth evaluating.
     """
 
     name = "uniform"
     needs_logits = False
+    default: float = 0.0
+    defaults: tuple[float, ...] = ()
 
     def __init__(self, threshold: float = 0.0, first: int = 1, every: int = 1) -> None:
         self.threshold, self.first, self.every = threshold, first, every
@@ -74,6 +85,9 @@ class Policy:
     def reset(self, n_tokens: int) -> None:
         """A new batch of n_tokens tokens: forget every previous check."""
         self.n_tokens = n_tokens
+
+    def begin(self, idx: torch.Tensor, h0: torch.Tensor) -> None:
+        """Tokens idx start from states h0 (N, d), before their first loop."""
 
     def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
               idx: torch.Tensor) -> torch.Tensor:
@@ -88,31 +102,50 @@ class Uniform(Policy):
 
 
 class _Compare(Policy):
-    """A rule that measures how much something moved since the token's previous check."""
+    """A rule that measures how far a per-token signal moved since the token's previous
+    check. Before a token's first check, the previous signal is what begin() recorded
+    or start() gives; with neither, the first check only records (it cannot exit)."""
 
     def reset(self, n_tokens: int) -> None:
         super().reset(n_tokens)
         self.prev: torch.Tensor | None = None
         self.seen: torch.Tensor | None = None
 
+    def remember(self, idx: torch.Tensor, value: torch.Tensor) -> None:
+        """Record the tokens' latest signal (the first call sizes the buffers)."""
+        if self.prev is None:
+            self.prev = value.new_zeros((self.n_tokens, *value.shape[1:]))
+            self.seen = torch.zeros(self.n_tokens, dtype=torch.bool, device=value.device)
+        self.prev[idx] = value
+        self.seen[idx] = True
+
+    def start(self, now: torch.Tensor) -> torch.Tensor | None:
+        """The signal a token's first check compares with (None: nothing)."""
+        return None
+
     def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
               idx: torch.Tensor) -> torch.Tensor:
         now = self.signal(h, logits)
-        if self.prev is None:
-            self.prev = now.new_zeros((self.n_tokens, *now.shape[1:]))
-            self.seen = torch.zeros(self.n_tokens, dtype=torch.bool, device=now.device)
-        leaving = (self.distance(now, self.prev[idx]) < self.threshold) & self.seen[idx]
-        self.prev[idx] = now
-        self.seen[idx] = True
+        if self.prev is None:  # no signal recorded yet: size the buffers
+            self.remember(idx[:0], now[:0])
+        seen, prev = self.seen[idx], self.prev[idx]
+        start = self.start(now)
+        if start is not None:
+            prev = torch.where(seen.view(-1, *[1] * (now.dim() - 1)), prev, start)
+            seen = torch.ones_like(seen)
+        leaving = (self.distance(now, prev) < self.threshold) & seen
+        self.remember(idx, now)
         return leaving
 
 
 class KL(_Compare):
-    """A1: exit once KL(p_i || p_prev) < threshold (paper B's direction; Huginn's code
-    computes the reverse), p the next-token distribution read at each check."""
+    """A1: exit once KL(p_i || p_prev) < threshold (paper B's direction), p the
+    next-token distribution read at each check; the first check has nothing to compare
+    with. Huginn's own KL is kl-huginn."""
 
     name = "kl"
     needs_logits = True
+    default = 1e-3
 
     @staticmethod
     def signal(h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
@@ -123,33 +156,116 @@ class KL(_Compare):
         return kl_divergence(now, prev)
 
 
+class KLHuginn(KL):
+    """Huginn's kl: exit once KL(p_prev || p_i) < threshold (the reverse of A1's), the
+    first check compared with the uniform distribution, so it can already exit.
+    Huginn's default is 1e-3; its first release used 5e-4, so both are evaluated."""
+
+    name = "kl-huginn"
+    default, defaults = 1e-3, (1e-3, 5e-4)
+
+    @staticmethod
+    def start(now: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(now, -math.log(now.shape[-1]))
+
+    @staticmethod
+    def distance(now: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        return kl_divergence(prev, now)
+
+
+class MinpKL(KLHuginn):
+    """Huginn's minp-kl: kl-huginn between min-p filtered distributions (minp_log_probs),
+    so the long tail of unlikely tokens cannot move the KL."""
+
+    name = "minp-kl"
+    default, defaults = 1e-5, ()
+
+    @staticmethod
+    def signal(h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        return minp_log_probs(logits)
+
+
+class EntropyDiff(_Compare):
+    """Huginn's entropy-diff: exit once |H(p_i) - H(p_prev)| < threshold, H the entropy
+    of the next-token distribution. Huginn starts from an entropy of 100, which no first
+    check comes near (H <= ln V), so the first check only records."""
+
+    name = "entropy-diff"
+    needs_logits = True
+    default = 1e-3
+
+    @staticmethod
+    def signal(h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        logp = F.log_softmax(logits.float(), dim=-1)
+        return -(logp.exp() * logp).sum(-1)
+
+    @staticmethod
+    def distance(now: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        return (now - prev).abs()
+
+
 class _StateCompare(_Compare):
-    """A head-free rule: compares the state itself, so a check costs no readout."""
+    """A head-free rule: compares the state itself, so a check costs no readout. As in
+    Huginn, a token's first check compares with its initial state H_0."""
+
+    def begin(self, idx: torch.Tensor, h0: torch.Tensor) -> None:
+        self.remember(idx, h0.float())
 
     @staticmethod
     def signal(h: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
         return h.float()
 
 
-class Latent(_StateCompare):
+class LatentDiff(_StateCompare):
     """Huginn's latent-diff: exit once ||h_i - h_prev|| / ||h_i|| < threshold."""
 
-    name = "latent"
+    name = "latent-diff"
+    default = 0.03
     distance = staticmethod(lambda now, prev: relative_change(now, prev))
 
 
 class Cosine(_StateCompare):
-    """Huginn's cosine rule: exit once 1 - cos(h_i, h_prev) < threshold."""
+    """Huginn's cosine: exit once 1 - cos(h_i, h_prev) < threshold (clamped at 0, so a
+    threshold of 0 never fires on round-off)."""
 
     name = "cosine"
-    distance = staticmethod(lambda now, prev: 1.0 - F.cosine_similarity(now, prev, dim=-1))
+    default = 1e-3
+    distance = staticmethod(
+        lambda now, prev: (1.0 - F.cosine_similarity(now, prev, dim=-1)).clamp_min(0.0))
+
+
+class ArgmaxStability(Policy):
+    """Huginn's argmax-stability: exit once the next-token argmax has equalled the
+    previous check's at `threshold` consecutive checks (an integer; the first check has
+    no previous argmax, so threshold n exits at the (n + 1)-th check at the earliest)."""
+
+    name = "argmax-stability"
+    needs_logits = True
+    default = 5
+
+    def reset(self, n_tokens: int) -> None:
+        super().reset(n_tokens)
+        self.last: torch.Tensor | None = None
+        self.stable: torch.Tensor | None = None
+
+    def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
+              idx: torch.Tensor) -> torch.Tensor:
+        now = logits.argmax(-1)
+        if self.last is None:
+            self.last = torch.full((self.n_tokens,), -1, dtype=torch.long, device=now.device)
+            self.stable = torch.zeros(self.n_tokens, dtype=torch.long, device=now.device)
+        stable = torch.where(now == self.last[idx], self.stable[idx] + 1, 0)
+        self.last[idx], self.stable[idx] = now, stable
+        return stable >= self.threshold
 
 
 class Probe(Policy):
     """A2: a linear probe on the state predicts whether the token's argmax will still
-    change at a later loop; exit once its probability is below threshold."""
+    change at a later loop; exit once its probability is below threshold. The default
+    0.5 is the classifier's own decision boundary (Huginn has no probe)."""
 
     name = "probe"
+    default = 0.5
 
     def __init__(self, weight: torch.Tensor, bias: float, threshold: float = 0.5,
                  first: int = 1, every: int = 1) -> None:
@@ -161,7 +277,22 @@ class Probe(Policy):
         return torch.sigmoid(h.float() @ self.weight.to(h.device) + self.bias) < self.threshold
 
 
-RULES = {"uniform": Uniform, "kl": KL, "latent": Latent, "cosine": Cosine, "probe": Probe}
+RULES: dict[str, type[Policy]] = {rule.name: rule for rule in (
+    Uniform, KL, KLHuginn, MinpKL, EntropyDiff, LatentDiff, Cosine, ArgmaxStability, Probe)}
+
+
+def rule_defaults(rule: str) -> tuple[float, ...]:
+    """Every default threshold of a rule, the first being its `default`."""
+    cls = RULES[rule]
+    return cls.defaults or (cls.default,)
+
+
+def minp_log_probs(logits: torch.Tensor, ratio: float = 0.1) -> torch.Tensor:
+    """Huginn's min-p filter: every token below ratio x the top probability gets
+    probability 1/V, then the whole is renormalized; log-probabilities (N, V)."""
+    p = F.softmax(logits.float(), dim=-1)
+    p = torch.where(p < ratio * p.max(-1, keepdim=True).values, 1.0 / p.shape[-1], p)
+    return (p / p.sum(-1, keepdim=True)).log()
 
 
 def kl_divergence(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -201,6 +332,7 @@ def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
     last_angle = torch.zeros(idx.shape, dtype=torch.float32, device=idx.device)
     tokens = torch.arange(idx.numel(), device=idx.device)
     policy.reset(idx.numel())
+    policy.begin(tokens, h.flatten(0, 1))
     for loop in range(1, cap + 1):
         for kv in kvs:
             kv.active = active
@@ -319,12 +451,16 @@ class Outcome:
     def mean_ce(self) -> float:
         return float(self.ce.mean())
 
+    @property
+    def mean_loops(self) -> float:
+        return float(self.loops.mean())
+
 
 def matched(outcomes: list[Outcome], target: float, match: float) -> Outcome | None:
     """The setting with the fewest mean loops whose mean CE is within `match` nats of
     target (uniform depth R's), or None when no setting gets there."""
     ok = [o for o in outcomes if o.mean_ce <= target + match]
-    return min(ok, key=lambda o: (o.loops.mean(), o.flops)) if ok else None
+    return min(ok, key=lambda o: (o.mean_loops, o.flops)) if ok else None
 
 
 def pool(results: list[PolicyResult]) -> PolicyResult:
@@ -338,6 +474,37 @@ def settings(grids: dict[str, list[float]]) -> list[tuple[str, float]]:
     return [(rule, float(t)) for rule, grid in grids.items() for t in grid]
 
 
+def is_default(rule: str, threshold: float) -> bool:
+    """Whether a setting is one of its rule's defaults (A0's depths never are)."""
+    return rule != "uniform" and any(math.isclose(threshold, d, rel_tol=1e-9)
+                                     for d in rule_defaults(rule))
+
+
+def _at(group: list[Outcome], threshold: float) -> Outcome:
+    found = [o for o in group if math.isclose(o.threshold, threshold, rel_tol=1e-9)]
+    if not found:
+        raise ValueError(f"policy {group[0].rule}: threshold {threshold:g} was not swept "
+                         "(every default must be in the rule's grid)")
+    return found[0]
+
+
+def outcomes_of(model: LoopedLM, uniform: dict[str, np.ndarray],
+                results: dict[tuple[str, float], dict[str, PolicyResult]]
+                ) -> dict[str, dict[str, list[Outcome]]]:
+    """Per window set and rule, every setting's outcome; A0 ("uniform") at depths 1..R."""
+    cost = model.cost()
+    outcomes: dict[str, dict[str, list[Outcome]]] = {}
+    for s, ce in uniform.items():
+        outcomes[s] = {"uniform": [Outcome("uniform", k, ce[k - 1], np.full(ce.shape[1], k),
+                                           cost.uniform(k)) for k in range(1, len(ce) + 1)]}
+    for (rule, threshold), per_set in results.items():
+        for s, res in per_set.items():
+            outcomes[s].setdefault(rule, []).append(Outcome(
+                rule, threshold, res.ce, res.exit_loop,
+                flops_per_token(model, res.exit_loop, res.checks, RULES[rule].needs_logits)))
+    return outcomes
+
+
 def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
               results: dict[tuple[str, float], dict[str, PolicyResult]], docs: np.ndarray,
               reference: int, match: float, resamples: int
@@ -345,50 +512,55 @@ def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
     """metrics/policies/<cell>.json and the frontier rows, from pooled per-token results.
 
     uniform[set]: CE per depth 1..R and token, (R, N). results[(rule, threshold)][set].
-    Thresholds are chosen on the `choose` windows (matched quality: mean CE within
-    `match` nats of uniform depth R); what is reported is measured on `report`.
+    A setting is chosen on the `choose` windows: the fewest mean loops whose mean CE is
+    within choose_nats = match / 2 of uniform depth R's there. The margin is half the
+    claim's (match_nats), so that the CE difference measured on `report`, where every
+    reported number comes from, is not at the claim's margin by construction. The same
+    choice gives A0's matched depth M; min(R, M) is the honest baseline a policy's FLOPs
+    are also read against. Intervals resample the documents of `report` (docs).
     """
-    cost, r = model.cost(), reference
-    outcomes: dict[str, dict[str, list[Outcome]]] = {"choose": {}, "report": {}}
-    for s in outcomes:
-        outcomes[s]["uniform"] = [
-            Outcome("uniform", k, uniform[s][k - 1], np.full(uniform[s].shape[1], k),
-                    cost.uniform(k)) for k in range(1, r + 1)]
-        for (rule, threshold), per_set in results.items():
-            res = per_set[s]
-            outcomes[s].setdefault(rule, []).append(Outcome(
-                rule, threshold, res.ce, res.exit_loop,
-                flops_per_token(model, res.exit_loop, res.checks, RULES[rule].needs_logits)))
-    base = {s: outcomes[s]["uniform"][r - 1] for s in outcomes}
-    depth = matched(outcomes["choose"]["uniform"], base["choose"].mean_ce, match)
-    m = int(depth.threshold)
+    r, choose = reference, match / 2
+    outcomes = outcomes_of(model, uniform, results)
+    base = {s: group["uniform"][r - 1] for s, group in outcomes.items()}
     report_uniform = outcomes["report"]["uniform"]
+    m = int(matched(outcomes["choose"]["uniform"], base["choose"].mean_ce, choose).threshold)
+    baseline = report_uniform[min(r, m) - 1]
+
+    def delta(o: Outcome) -> dict[str, float]:
+        return bootstrap_mean(o.ce - base["report"].ce, docs, resamples).to_dict()
+
+    def measured(o: Outcome) -> dict[str, Any]:
+        return {"threshold": o.threshold, "mean_loops": o.mean_loops, "ce": o.mean_ce,
+                "delta_ce": delta(o), "flops_ratio": o.flops / base["report"].flops,
+                "flops_ratio_baseline": o.flops / baseline.flops}
+
     metrics: dict[str, Any] = {
-        "reference_depth": r, "match_nats": match,
-        "uniform": {
-            "ce": {f"k{o.threshold}": o.mean_ce for o in report_uniform},
-            "flops": {f"k{o.threshold}": o.flops for o in report_uniform},
-            "matched_depth": m,
-            "delta_ce": bootstrap_mean(report_uniform[m - 1].ce - base["report"].ce, docs,
-                                       resamples).to_dict()},
+        "reference_depth": r, "match_nats": match, "choose_nats": choose,
+        "uniform": {"ce": {f"k{o.threshold}": o.mean_ce for o in report_uniform},
+                    "flops": {f"k{o.threshold}": o.flops for o in report_uniform},
+                    "matched_depth": m, "delta_ce": delta(report_uniform[m - 1])},
+        "baseline_depth": min(r, m),
     }
-    for rule in outcomes["choose"]:
+    for rule, group in outcomes["choose"].items():
         if rule == "uniform":
             continue
-        chosen = matched(outcomes["choose"][rule], base["choose"].mean_ce, match)
+        chosen = matched(group, base["choose"].mean_ce, choose)
         if chosen is None:
             metrics[rule] = {"matched": False}
             continue
-        got = next(o for o in outcomes["report"][rule] if o.threshold == chosen.threshold)
+        got = _at(outcomes["report"][rule], chosen.threshold)
+        defaults = [measured(_at(outcomes["report"][rule], d)) for d in rule_defaults(rule)]
         metrics[rule] = {
-            "matched": True, "threshold": chosen.threshold,
-            "mean_loops": float(got.loops.mean()), "ce": got.mean_ce,
-            "delta_ce": bootstrap_mean(got.ce - base["report"].ce, docs, resamples).to_dict(),
-            "flops_ratio": got.flops / base["report"].flops,
-            "flops_ratio_matched_uniform": got.flops / report_uniform[m - 1].flops,
+            "matched": True, **measured(got),
+            "mean_loops_iv": bootstrap_mean(got.loops.astype(np.float64), docs,
+                                            resamples).to_dict(),
+            "loops_ratio_baseline": got.mean_loops / min(r, m),
+            "default": defaults[0], "defaults": defaults,
+            # the grid's most aggressive setting matched: the grid may stop too early
+            "at_grid_edge": chosen is min(group, key=lambda o: (o.mean_loops, o.flops)),
         }
-    rows = [{"set": s, "rule": o.rule, "threshold": o.threshold,
-             "mean_loops": float(o.loops.mean()), "ce": o.mean_ce, "flops": o.flops,
-             "flops_ratio": o.flops / base[s].flops}
+    rows = [{"set": s, "rule": o.rule, "threshold": o.threshold, "mean_loops": o.mean_loops,
+             "ce": o.mean_ce, "flops": o.flops, "flops_ratio": o.flops / base[s].flops,
+             "default": is_default(o.rule, o.threshold)}
             for s in outcomes for group in outcomes[s].values() for o in group]
     return metrics, rows

@@ -27,7 +27,7 @@ from loopscope.data import (
     window_sets,
     windows_at,
 )
-from loopscope.errors import CheckpointError
+from loopscope.errors import CheckpointError, DataError
 from loopscope.model import LoopedLM
 from loopscope.tokenizer import EOS
 
@@ -76,11 +76,12 @@ class Run:
     token_docs = Windows.token_docs  # the document of every token of x
 
     def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
-        """Paper B's three disjoint sets of `per_set` windows each (probe training,
-        threshold choice, report), spread over the whole validation split and the same
+        """Paper B's three sets of `per_set` windows each (probe training, threshold
+        choice, report), from disjoint documents (data.document_window_sets), the same
         for every cell and seed; what: the param behind per_set, for errors."""
         eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
-        starts = window_sets(len(self.val), self.cell.model.context, per_set, len(SETS), what)
+        starts = document_window_sets(self.val, eos, self.cell.model.context, per_set,
+                                      len(SETS), what)
         out = {}
         for name, at in zip(SETS, starts, strict=True):
             x, y = windows_at(self.val, self.cell.model.context, at)
@@ -88,6 +89,31 @@ class Run:
             out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
                                 document_ids(self.val, eos, at), h0)
         return out
+
+
+def document_window_sets(tokens: Tensor, eos_id: int, context: int, per_set: int,
+                         sets: int, what: str) -> list[np.ndarray]:
+    """Start offsets of `sets` sets of `per_set` non-overlapping windows each, drawn from
+    disjoint documents: document j (in split order) belongs to set j mod sets, and a
+    window to the document it starts in (document_ids). Windows of one document are
+    correlated, so sets that shared documents would not be independent: a threshold
+    chosen on one set and measured on another would be measured on what it was chosen
+    on. Within a set the windows are spread evenly over its documents' windows. what:
+    the param that sets per_set, for the error when a set runs short."""
+    slots = np.arange((len(tokens) - 1) // context, dtype=np.int64) * context
+    owner = document_ids(tokens, eos_id, slots) % sets
+    out = []
+    for i in range(sets):
+        mine = slots[owner == i]
+        if per_set > len(mine):
+            raise DataError(
+                f"{what} is {per_set}: {sets} sets of that many windows from disjoint "
+                f"documents need {per_set} windows of {context} tokens in every set, but "
+                f"set {i + 1}'s documents hold {len(mine)}; lower {what} or use a longer "
+                "validation split.")
+        out.append(mine[np.floor(np.linspace(0, len(mine), per_set, endpoint=False))
+                        .astype(np.int64)])
+    return out
 
 
 @torch.no_grad()

@@ -14,6 +14,8 @@ float tolerance for any exit decisions (tests/test_runtime.py).
   Several streams advance together, each at its own loop, sharing one core call per
   step (depth-wise batching).
 
+Both call the policy objects of loopscope.policies exactly as the reference does:
+begin() with each token's H_0 when it starts, check() with the tokens checked at a loop.
 Exit checks: a rule that reads logits runs the coda and head for the active tokens
 only. With at most one coda block its keys and values are cached too (an exited
 token's coda input is its frozen exit state); a deeper coda is recomputed over every
@@ -171,6 +173,7 @@ def score(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
     checks = torch.zeros(b * t, dtype=torch.long, device=idx.device)
     counts = []
     policy.reset(b * t)
+    policy.begin(torch.arange(b * t, device=idx.device), run.h)
     for loop in range(1, cap + 1):
         lay = Layout.of(active)
         counts.append(len(lay.idx))
@@ -279,6 +282,7 @@ def generate(model: LoopedLM, tokens: torch.Tensor, policy: Policy, cap: int,
                 x = block(x, cache)
             e[start] = x[:, 0]
             h[start] = (model.initial_state(x)[:, 0] if h0 is None else h0[start, p])
+            policy.begin(start * t + p, h[start])
         _point(core, live, loop[live], pos[live])
         x = model.carry(h[live][:, None], first=(loop[live] == 0)[:, None])  # H_0 at loop 1
         h[live] = model.step(x, e[live][:, None], core)[:, 0]
