@@ -363,6 +363,12 @@ def _policy_value(q: dict[str, Any], p: dict[str, Any]) -> str:
 UNMATCHED = "no setting matched depth R's quality on the choose windows: nothing measured"
 
 
+def _swept(b: Backbone, rule: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The backbone's policies metrics and those of one rule (None: not swept)."""
+    q = (b.pol or {}).get(rule)
+    return None if q is None else (b.pol, q)
+
+
 def a1_saves(b: Backbone) -> Claim:
     """Paper B: A1 (KL exit) matches uniform depth-8 quality at 4.94 mean loops (-38%).
     Matched quality is a one-sided non-inferiority test on the report windows (the
@@ -372,10 +378,9 @@ def a1_saves(b: Backbone) -> Claim:
     (checks counted)."""
     text = f"A1 (KL exit) matches uniform depth-R quality in fewer loops [{b.name}]"
     paper = "4.94 mean loops at R = 8 (-38%)"
-    p = b.pol
-    q = (p or {}).get("kl")
-    if q is None:
+    if (found := _swept(b, "kl")) is None:
         return not_shown(text, paper, "-", "the kl rule was not swept on this backbone")
+    p, q = found
     match, base = p["match_nats"], p["baseline_depth"]
     crit = (f"at matched quality (upper bound of CE - CE(R) <= {match} nats on report): "
             f"mean loops < R, {b.depth} (interval); magnitude: loops < the smallest "
@@ -396,10 +401,9 @@ def a2_saves_nothing(b: Backbone) -> Claim:
     saving whatever its quality); contradicted only by a real saving at matched quality."""
     text = f"A2 (oracle-labelled probe) saves nothing [{b.name}]"
     paper = "7.99 mean loops: no saving"
-    p = b.pol
-    q = (p or {}).get("probe")
-    if q is None:
+    if (found := _swept(b, "probe")) is None:
         return not_shown(text, paper, "-", "the probe rule was not swept on this backbone")
+    p, q = found
     match = p["match_nats"]
     crit = (f"mean loops at matched quality (upper bound of CE - CE(R) <= {match} nats) "
             f">= 0.95 R, {b.depth} (interval)")

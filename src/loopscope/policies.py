@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from loopscope.claims import bootstrap_mean
+from loopscope.claims import Documents
 from loopscope.model import LoopedLM
 
 
@@ -526,8 +526,13 @@ def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
     m = int(matched(outcomes["choose"]["uniform"], base["choose"].mean_ce, choose).threshold)
     baseline = report_uniform[min(r, m) - 1]
 
+    boot = Documents(docs, resamples)  # one set of resamples: every interval is paired
+
+    def interval(values: np.ndarray) -> dict[str, float]:
+        return boot.interval(boot.mean(docs, values)).to_dict()
+
     def delta(o: Outcome) -> dict[str, float]:
-        return bootstrap_mean(o.ce - base["report"].ce, docs, resamples).to_dict()
+        return interval(o.ce - base["report"].ce)
 
     def measured(o: Outcome) -> dict[str, Any]:
         return {"threshold": o.threshold, "mean_loops": o.mean_loops, "ce": o.mean_ce,
@@ -552,8 +557,7 @@ def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
         defaults = [measured(_at(outcomes["report"][rule], d)) for d in rule_defaults(rule)]
         metrics[rule] = {
             "matched": True, **measured(got),
-            "mean_loops_iv": bootstrap_mean(got.loops.astype(np.float64), docs,
-                                            resamples).to_dict(),
+            "mean_loops_iv": interval(got.loops.astype(np.float64)),
             "loops_ratio_baseline": got.mean_loops / min(r, m),
             "default": defaults[0], "defaults": defaults,
             # the grid's most aggressive setting matched: the grid may stop too early
