@@ -77,7 +77,7 @@ class Run:
 
     def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
         """Paper B's three sets of `per_set` windows each (probe training, threshold
-        choice, report), from disjoint documents (data.document_window_sets), the same
+        choice, report), from disjoint documents (document_window_sets), the same
         for every cell and seed; what: the param behind per_set, for errors."""
         eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
         starts = document_window_sets(self.val, eos, self.cell.model.context, per_set,
