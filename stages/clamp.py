@@ -27,7 +27,7 @@ def main() -> None:
     tokens = pd.read_parquet(require_output(paths.table_file("diagnose", name),
                                             f"diagnose@{name}"))
     deltas: dict[str, list[np.ndarray]] = {mode: [] for mode in CLAMP_MODES}
-    docs = []
+    docs, seeds = [], []
     for r in trained_runs(name, params.val_sequences):
         memory.check_forward(r.cell, r.compute, params.batch_size, "diagnose.batch_size",
                              "clamp", reads=False)
@@ -42,14 +42,15 @@ def main() -> None:
             deltas[mode].append(clamped_ce(r.model, r.x, r.y, params.batch_size, mode,
                                            r.h0) - unclamped)
         docs.append(r.token_docs())
-    doc = np.concatenate(docs)
+        seeds.append(np.full(r.y.numel(), r.cell.train.seed))
+    doc, seed = np.concatenate(docs), np.concatenate(seeds)
     result = {}
     for mode, parts in deltas.items():
         delta = np.concatenate(parts, axis=1)
         result[mode] = {"delta_ce": {f"k{k}": float(v) for k, v in
                                      enumerate(delta.mean(axis=1), 1)},
-                        "delta_ce_last": bootstrap_mean(delta[-1], doc,
-                                                        params.bootstrap).to_dict()}
+                        "delta_ce_last": bootstrap_mean(delta[-1], doc, params.bootstrap,
+                                                        runs=seed).to_dict()}
     write_json(paths.metrics_file("clamp", name), result)
     print(f"clamp {name}: final-loop delta CE " + ", ".join(
         f"{mode} {result[mode]['delta_ce'][f'k{loops}']:+.4f}" for mode in CLAMP_MODES))

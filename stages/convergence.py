@@ -88,6 +88,7 @@ def main() -> None:
                                       cfg.bootstrap)
     metrics["cross"]["epsilon"] = params.policies.cross_epsilon
     metrics["seeds"] = len(trajs)
+    metrics["unit"] = report.unit
     with atomic_output(paths.table_file("convergence", name)) as tmp:
         table.to_parquet(tmp, index=False)
     write_json(paths.metrics_file("convergence", name), metrics)

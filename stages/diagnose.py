@@ -5,10 +5,11 @@ each depth through each loop's own readout, norm statistics, radial gradient fra
 scale per loop (tokens/s: the throughput stage, which times every cell in one process).
 
 Writes metrics/diagnose/<cell>.json and, for the intervals the claims need,
-tables/diagnose/<cell>.parquet (one row per token and seed, with its document: see
-loopscope.diagnostics.Measured) and tables/sweep/<cell>.parquet (per document, sums
-over the seeds' tokens). With several seeds,
-every metric pools the cell's runs; `ppl_at_depth_sd` / `norm_mean_sd` give the spread.
+tables/diagnose/<cell>.parquet (one row per token and seed, with its resampling unit:
+see loopscope.diagnostics.Measured and loopscope.units) and tables/sweep/<cell>.parquet
+(per seed and unit, sums over its tokens). With several seeds, every metric pools the
+cell's runs; `ppl_at_depth_sd` / `norm_mean_sd` give the spread, and the claims'
+intervals resample the seeds too.
 """
 
 import sys
@@ -21,6 +22,7 @@ from loopscope.diagnostics import Measured, measure, summarize
 from loopscope.errors import atomic_output, run, write_json
 from loopscope.params import load_params
 from loopscope.runs import trained_runs
+from loopscope.units import Units
 
 
 def main() -> None:
@@ -32,18 +34,18 @@ def main() -> None:
                              "diagnose", reads=False)
         m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.loops, r.h0)
         m.tokens.insert(0, "seed", r.cell.train.seed)
+        m.sweep.insert(0, "seed", r.cell.train.seed)
         runs.append(m)
     batch = [sum(v) / len(runs) for v in zip(*(m.radial_batch for m in runs), strict=True)]
     pooled = Measured(pd.concat([m.tokens for m in runs], ignore_index=True),
-                      pd.concat([m.sweep for m in runs]).groupby("doc", as_index=False).sum(),
-                      batch)
+                      pd.concat([m.sweep for m in runs], ignore_index=True), batch)
     metrics = summarize(pooled)
     each = [summarize(m) for m in runs]
     for key in ("ppl_at_depth", "norm_mean"):
         metrics[f"{key}_sd"] = {k: pstdev(e[key][k] for e in each) for k in metrics[key]}
     metrics["seeds"] = len(runs)
     metrics["val_tokens"] = int(r.y.numel())
-    metrics["documents"] = int(pooled.sweep["doc"].nunique())
+    metrics.update(Units(r.docs, r.unit).describe())
     for kind, table in (("diagnose", pooled.tokens), ("sweep", pooled.sweep)):
         with atomic_output(paths.table_file(kind, name)) as tmp:
             table.to_parquet(tmp, index=False)
@@ -55,7 +57,7 @@ def main() -> None:
           f"{metrics['radial_fraction_token'][last]:.1e} (eps floor "
           f"{metrics['radial_floor'][last]:.1e}); over {lemma2['loops']} loops the scale grows "
           f"x{lemma2['scale_growth']:.2f}, step-vs-scale slope {lemma2['slope']:.2f} "
-          f"({len(runs)} seed(s), {metrics['documents']} documents)")
+          f"({len(runs)} seed(s), {metrics['units']} units: {metrics['unit']})")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from loopscope.errors import atomic_output, run, write_json
 from loopscope.params import load_params
 from loopscope.policies import evaluate, make, pool, settings, summarize
 from loopscope.runs import trained_runs
+from loopscope.units import Units
 
 
 def main() -> None:
@@ -56,6 +57,7 @@ def main() -> None:
         {key: {s: pool(v) for s, v in per_set.items()} for key, per_set in results.items()},
         np.concatenate(docs), reference, cfg.match_nats, params.convergence.bootstrap)
     metrics["seeds"] = len(docs)
+    metrics.update(Units(np.concatenate(docs), sets["report"].unit).describe())
     with atomic_output(paths.table_file("policies", name)) as tmp:
         pd.DataFrame(rows).to_parquet(tmp, index=False)
     write_json(paths.metrics_file("policies", name), metrics)

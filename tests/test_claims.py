@@ -1,11 +1,13 @@
 """Every verdict in the claims tables can come out either way: constructed metrics."""
 
+import dataclasses
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from loopscope.claims import (
+    FEWEST_UNITS,
     CellA,
     Documents,
     Interval,
@@ -13,6 +15,7 @@ from loopscope.claims import (
     bootstrap,
     bootstrap_mean,
     effect,
+    init_effect,
     negligible,
     paper_a_claims,
     paper_b_claims,
@@ -352,14 +355,75 @@ def test_a_mean_shift_is_not_a_heavy_tail():
     assert found["tail"] in ("inconclusive", "contradicted")
 
 
-def test_drift_under_another_recipe_gets_its_own_row():
+def test_every_recipe_group_is_judged_on_its_own():
     cells = paper_a_cells()
     cells["perloop_normed_ref"] = cell_a(**{**NORMED, "norm": (40.0, 50.0)}, recipe="ref")
     cells["perloop_raw_ref"] = cell_a(recipe="ref", seed=3)
     found = paper_a_claims(cells, 0.01, 200)
-    assert len(found) == 9 and "[ref]" in found[1].claim
-    assert found[1].verdict == "holds" and found[1].magnitude == "contradicted"
+    assert len(found) == 16 and [c.recipe for c in found] == ["ours"] * 8 + ["ref"] * 8
     assert found[0].value == paper_a_claims(paper_a_cells(), 0.01, 200)[0].value
+    ref_drift = found[8]
+    assert ref_drift.verdict == "holds" and ref_drift.magnitude == "contradicted"
+    assert "recipe" in table(found)[0] and "recipe" in table(found[:8])[0]
+    sentence = init_effect(cells, 200)
+    assert "[ref]" in sentence and "[ours]" in sentence and "moves" in sentence
+
+
+def two_seeds(a: CellA, b: CellA) -> CellA:
+    """A cell trained twice: a's tables as seed 42, b's as seed 43."""
+    tokens = pd.concat([a.tokens.assign(seed=42), b.tokens.assign(seed=43)], ignore_index=True)
+    sweep = pd.concat([a.sweep.assign(seed=42), b.sweep.assign(seed=43)], ignore_index=True)
+    return dataclasses.replace(a, tokens=tokens, sweep=sweep)
+
+
+def test_seeds_widen_the_interval_when_they_disagree():
+    agree = two_seeds(cell_a(ce=(4.3, 3.8), seed=1), cell_a(ce=(4.3, 3.8), seed=2))
+    disagree = two_seeds(cell_a(ce=(4.3, 3.8), seed=1), cell_a(ce=(4.6, 4.1), seed=2))
+    docs = Documents(agree.tokens["doc"].to_numpy(), 400)
+
+    def width(c: CellA, runs: bool) -> float:
+        d, v, r = c.col("ce")
+        iv = docs.interval(docs.mean(d, v, r if runs else None, "c"))
+        return iv.hi - iv.lo
+
+    assert width(disagree, True) > 3 * width(disagree, False)  # training noise counted
+    assert width(agree, True) < 1.5 * width(agree, False)  # nothing to add
+
+
+def test_a_claim_true_on_one_seed_and_false_on_the_other_does_not_hold():
+    good = cell_a(**NORMED, seed=5)  # drifts: 40 -> 4000
+    bad = cell_a(**{**NORMED, "norm": (40.0, 15.0)}, seed=6)  # stays below the controls
+    cells = paper_a_cells()
+    cells["perloop_normed"] = good
+    assert paper_a_claims(cells, 0.01, 200)[0].verdict == "holds"
+    cells["perloop_normed"] = bad
+    assert paper_a_claims(cells, 0.01, 200)[0].verdict == "contradicted"
+    cells["perloop_normed"] = two_seeds(good, bad)
+    found = paper_a_claims(cells, 0.01, 400)[0]
+    assert found.verdict == "inconclusive", found.value
+    assert "seeds (2 per cell)" in found.resampled
+    assert "conditional on that trained model" in found.resampled  # perloop_raw: one seed
+    # pooled as one run (the seed column dropped), the same tokens decide for the claim
+    cells["perloop_normed"] = dataclasses.replace(
+        cells["perloop_normed"], tokens=cells["perloop_normed"].tokens.drop(columns="seed"),
+        sweep=cells["perloop_normed"].sweep.drop(columns="seed"))
+    assert paper_a_claims(cells, 0.01, 400)[0].verdict == "holds"
+
+
+def test_no_verdict_rests_on_fewer_than_ten_units():
+    few = Interval(1.0, 0.9, 1.1, units=2)
+    assert effect(few, +1) == "inconclusive" and negligible(few, 5.0) == "inconclusive"
+    assert at_least(few, 0.5) == "inconclusive" and effect(dataclasses.replace(
+        few, units=FEWEST_UNITS), +1) == "holds"
+    # the same constructed cells, their 20 documents merged into 2: nothing is decided
+    cells = paper_a_cells()
+    for c in cells.values():
+        c.tokens["doc"] = c.tokens["doc"] % 2
+        c.sweep["doc"] = c.sweep["doc"] % 2
+    found = paper_a_claims({k: dataclasses.replace(
+        v, sweep=v.sweep.groupby("doc", as_index=False).sum()) for k, v in cells.items()},
+        0.01, 200)
+    assert {c.verdict for c in found[:-1]} == {"inconclusive"}, [c.value for c in found]
 
 
 def test_paper_a_claims_are_not_shown_without_their_cells():

@@ -209,18 +209,18 @@ def test_bad_seeds_are_named(seeds):
 def test_seeds_multiply_every_cell():
     raw = copy.deepcopy(BASE)
     raw["seeds"] = [7, 8, 9]
-    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    cell = resolve_cell(parse_params(raw), "terminal_raw")
     assert cell.seeds == [7, 8, 9] and cell.train.seed == 7
     runs = [cell.for_seed(s) for s in cell.seeds]
     assert [r.train.seed for r in runs] == [7, 8, 9]
     assert all(r.model == cell.model and r.seeds == [r.train.seed] for r in runs)
     # a cell's own seed would be silently ignored: an error instead
-    raw["cells"]["perloop_raw"]["train"]["seed"] = 5
-    with pytest.raises(ParamsError, match=r"'cells.perloop_raw.train.seed' has no effect "
+    raw["cells"]["terminal_raw"]["train"]["seed"] = 5
+    with pytest.raises(ParamsError, match=r"'cells.terminal_raw.train.seed' has no effect "
                                           r"while the top-level 'seeds' list is set"):
         parse_params(raw)
     # without a seeds list, a cell trains once, with train.seed
-    assert resolve_cell(parse_params(BASE), "perloop_raw").seeds == [BASE["train"]["seed"]]
+    assert resolve_cell(parse_params(BASE), "terminal_raw").seeds == [BASE["train"]["seed"]]
 
 
 def test_lognormal_depth_needs_a_mean_of_two_loops():
@@ -233,22 +233,22 @@ def test_lognormal_depth_needs_a_mean_of_two_loops():
 
 def test_epochs_replace_steps():
     raw = with_("train.epochs", 2.5, with_("train.steps", 0))
-    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    cell = resolve_cell(parse_params(raw), "terminal_raw")
     assert cell.train.epochs == 2.5 and cell.train.steps == 0
 
 
 def test_a_cells_training_length_replaces_the_shared_one_in_either_unit():
     raw = with_("train.epochs", 2.5, with_("train.steps", 0))
-    raw["cells"]["perloop_raw"]["train"]["steps"] = 300
-    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    raw["cells"]["terminal_raw"]["train"]["steps"] = 300
+    cell = resolve_cell(parse_params(raw), "terminal_raw")
     assert (cell.train.steps, cell.train.epochs) == (300, 0.0)
     raw = copy.deepcopy(BASE)
-    raw["cells"]["perloop_raw"]["train"]["epochs"] = 1.5
-    cell = resolve_cell(parse_params(raw), "perloop_raw")
+    raw["cells"]["terminal_raw"]["train"]["epochs"] = 1.5
+    cell = resolve_cell(parse_params(raw), "terminal_raw")
     assert (cell.train.steps, cell.train.epochs) == (0, 1.5)
-    raw["cells"]["perloop_raw"]["train"]["steps"] = 300  # both in one cell: refused
-    with pytest.raises(ParamsError, match=r"in cell 'perloop_raw': 'train.steps' is 300"):
-        resolve_cell(parse_params(raw), "perloop_raw")
+    raw["cells"]["terminal_raw"]["train"]["steps"] = 300  # both in one cell: refused
+    with pytest.raises(ParamsError, match=r"in cell 'terminal_raw': 'train.steps' is 300"):
+        resolve_cell(parse_params(raw), "terminal_raw")
 
 
 def test_option_values_are_declared_once_as_literal_types():
@@ -330,3 +330,23 @@ def test_shipped_grids_reach_their_conservative_end_in_steps_of_at_most_2x():
     # the smallest valid grid: the conservative end and the default
     assert parse_params(with_("policies.grids", {"kl": [0, 0.001]})).policies.grids == {
         "kl": [0.0, 0.001]}
+
+
+def test_a_cell_can_set_its_own_seeds():
+    raw = copy.deepcopy(BASE)
+    raw["seeds"] = [7]
+    raw["cells"]["perloop_raw"]["seeds"] = [42, 43]
+    params = parse_params(raw)
+    assert resolve_cell(params, "perloop_raw").seeds == [42, 43]
+    assert resolve_cell(params, "perloop_raw").train.seed == 42
+    others = [c for c, body in params.cells.items() if "seeds" not in body]
+    assert all(resolve_cell(params, c).seeds == [7] for c in others)
+    raw["cells"]["perloop_raw"]["seeds"] = [1, 1]
+    with pytest.raises(ParamsError, match=r"'cells.perloop_raw.seeds' is \[1, 1\]; it must "
+                                          r"be a list of distinct integers >= 0"):
+        parse_params(raw)
+    raw["cells"]["perloop_raw"]["seeds"] = [1, 2]
+    raw["cells"]["perloop_raw"]["train"]["seed"] = 5
+    with pytest.raises(ParamsError, match=r"'cells.perloop_raw.train.seed' has no effect "
+                                          r"while 'cells.perloop_raw.seeds' list is set"):
+        parse_params(raw)

@@ -63,7 +63,7 @@ def metrics(**kw):
 
 def test_summarize_gives_every_claim_its_interval():
     m = metrics()
-    assert m["sampler_mean"] == R + 1 and m["documents"] == DOCS
+    assert m["sampler_mean"] == R + 1 and m["units"] == DOCS
     e = m["elasticity"]
     assert set(e["steps"]) == {f"k{k}" for k in range(1, R)}
     assert e["half_gain"]["value"] == pytest.approx(0.2, abs=0.01)

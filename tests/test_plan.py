@@ -116,7 +116,7 @@ def test_epoch_steps_from_prepared_meta(tmp_path, monkeypatch):
         own = BASE["cells"][name].get("train", {}).get("steps")  # a cell's own steps stay
         assert cell["steps"] == (own or steps_for_epochs(2, 100_000, context, 64, 8))
         assert cell["windows_per_epoch"] == (100_000 - context - 2) // 64 + 1
-    assert result["total"]["steps"] == sum(c["steps"] for c in result["cells"].values())
+    assert result["total"]["steps"] == sum(c["steps"] * c["runs"] for c in result["cells"].values())
     assert params.is_file()
 
 

@@ -41,7 +41,7 @@ from loopscope.errors import (
 )
 from loopscope.params import load_params, resolve_cell
 from loopscope.tokenizer import train_tokenizer
-from loopscope.train import COLLAPSE_COSINE, check_collapse, train_cell
+from loopscope.train import check_collapse, train_cell
 
 # The cell the end-to-end tests train: a healthy one at micro size (the micro
 # perloop_raw, 32 wide with a raw readout, collapses within 200 steps and is stopped).
@@ -150,32 +150,32 @@ def test_discard_resume_removes_file_temp_and_folder(tmp_path):
 # --- silent collapse -------------------------------------------------------------------
 
 COLLAPSE_MESSAGE = re.compile(
-    r"cell 'tiny': the final-loop states collapsed \(lr [0-9.]+\): from step (\d+) to step "
-    r"(\d+) the mean pairwise cosine of the tokens' states stayed above 0\.99 \(last values "
-    r"([0-9., ]+); every token on one state\) and the final loop's CE \(([0-9.]+)\) no "
-    r"better than predicting the batch's target frequencies for every token "
-    r"\(([0-9.]+)\), while the loss stayed finite \(([0-9.]+)\); lower train.lr or raise "
-    r"train.warmup_steps \(or set train.collapse_guard: false to train on and measure the "
-    r"collapsed model\). No model was saved.")
+    r"cell 'tiny': training made no progress \(lr [0-9.]+\): past half of its (\d+) steps "
+    r"and step 100, from step (\d+) to step (\d+), the final loop's CE \(([0-9.]+)\) is no "
+    r"better than predicting the training split's unigram frequencies for every token "
+    r"\(entropy ([0-9.]+), less 0.1 for noise\) and no lower than at step \d+ \([0-9.]+\); "
+    r"the mean pairwise cosine of the tokens' final states was ([0-9., ]+); the loss stayed "
+    r"finite \(([0-9.]+)\). Lower train.lr or raise train.warmup_steps \(or set "
+    r"train.collapse_guard: false to train on and measure the model\). No model was saved.")
 
 
-def test_silent_collapse_stops_training_like_a_nan():
+def test_a_collapsed_run_stops_like_a_nan_past_half_its_steps():
     live = RecordingLive()
     with pytest.raises(CollapseError) as err:
         train_cell(cell(**COLLAPSING), corpus(), live)
     found = COLLAPSE_MESSAGE.fullmatch(str(err.value))
     assert found, str(err.value)
-    assert (int(found.group(1)), int(found.group(2))) == (5, 105)  # 100 after warm-up
-    assert all(float(c) > COLLAPSE_COSINE for c in found.group(3).split(", "))
-    assert float(found.group(4)) >= float(found.group(5))  # no better than a constant
+    steps, first, last = (int(found.group(i)) for i in (1, 2, 3))
+    assert (steps, first, last) == (120, 100, 110)  # three logged rows from step 100 on
+    assert float(found.group(4)) >= float(found.group(5)) - 0.1  # about a constant's CE
     losses = [v for _, name, v in live.rows if name == "train/loss"]
-    assert all(math.isfinite(v) for v in losses) and math.isfinite(float(found.group(6)))
+    assert all(math.isfinite(v) for v in losses) and math.isfinite(float(found.group(7)))
 
 
 def test_collapse_guard_off_trains_the_collapsing_cell_to_the_end():
     live = RecordingLive()
     train_cell(cell(**COLLAPSING, collapse_guard=False), corpus(), live)  # no CollapseError
-    assert max(v for _, name, v in live.rows if name == "train/state_cosine") > COLLAPSE_COSINE
+    assert max(v for _, name, v in live.rows if name == "train/state_cosine") > 0.99
 
 
 def test_the_same_backbone_at_a_sane_lr_stays_far_below_the_threshold():
@@ -185,35 +185,31 @@ def test_the_same_backbone_at_a_sane_lr_stays_far_below_the_threshold():
     assert len(cosines) == 25 and max(cosines) < 0.6
 
 
-def test_a_healthy_run_passing_through_the_unigram_phase_is_not_stopped():
-    """Healthy runs predict the unigram first: their states line up early (the default
-    perloop_raw logged 0.99-0.9999 up to step 50, its CE above the target entropy) and
-    then part. Only a streak after the warm-up that spans max(COLLAPSE_STEPS,
-    COLLAPSE_SHARE of the steps), its CE no better than the target entropy, stops a run."""
-    config = TrainConfig(steps=500, warmup_steps=40, log_every=10)
+RECOVERING = ROOT / "tests" / "fixtures" / "recovering_run.json"
 
-    def rows(cosines: dict[int, float], ce: float = 5.9) -> list[dict[str, float]]:
-        return [{"step": s, "train/state_cosine": c, "train/ce_last": ce,
-                 "train/target_entropy": 5.8} for s, c in sorted(cosines.items())]
 
-    # the default perloop_raw's first 70 steps
-    early = rows({0: 0.09, 10: 0.996, 20: 0.9999, 30: 0.9994, 40: 0.9994, 50: 0.994,
-                  60: 0.9555, 70: 0.7296})
-    for n in range(1, len(early) + 1):
-        check_collapse("c", early[:n], config, 3e-3, 6.0)
-    stuck = rows({s: 0.9999 for s in range(0, 150, 10)})
-    check_collapse("c", stuck[:14], config, 3e-3, 5.9)  # steps 40..130: 90 < 100 steps
-    with pytest.raises(CollapseError, match=r"from step 40 to step 140 the mean pairwise "
-                       r"cosine of the tokens' states stayed above 0.99 \(last values "
-                       r"0.9999, 0.9999, 0.9999; every token on one state\) and the final "
-                       r"loop's CE \(5.900\) no better than predicting the batch's target "
-                       r"frequencies for every token \(5.800\)"):
-        check_collapse("c", stuck, config, 3e-3, 5.9)
-    # states on one direction, but a readout that still tells the tokens apart
-    check_collapse("c", rows({s: 0.9999 for s in range(0, 150, 10)}, ce=4.0), config,
-                   3e-3, 4.0)
-    longer = dataclasses.replace(config, steps=5000)  # a fifth of the run: 1000 steps
-    check_collapse("c", rows({s: 0.9999 for s in range(0, 1000, 10)}), longer, 3e-3, 5.9)
+def test_a_run_that_recovers_is_never_stopped():
+    """A real log: the default ref_perloop_normed (paper A's reference init, N(0, 1)
+    embeddings), whose final states keep a mean pairwise cosine above 0.99 all run long
+    and whose CE is still above the batches' target entropy at half its steps, on its
+    way to a usable model. Every prefix of its log passes the guard; had its CE stayed
+    at the unigram level past half the run, the guard would have stopped it there."""
+    log = json.loads(RECOVERING.read_text())
+    config = TrainConfig(steps=log["steps"], warmup_steps=log["warmup_steps"],
+                         log_every=log["log_every"])
+    rows, unigram = log["rows"], log["unigram_entropy"]
+    half = [r for r in rows if r["step"] >= config.steps // 2]
+    assert all(r["train/state_cosine"] > 0.99 for r in half)  # it looks collapsed
+    assert half[0]["train/ce_last"] > half[0]["train/target_entropy"]  # and unlearned
+    assert rows[-1]["train/ce_last"] < unigram - 0.3  # yet it learned
+    for n in range(1, len(rows) + 1):
+        check_collapse("c", rows[:n], config, 3e-3, rows[n - 1]["train/loss"], unigram)
+    # the same run stuck at the unigram level from step 100 on: stopped past half of it
+    stuck = [{**r, "train/ce_last": unigram} if r["step"] >= 100 else r for r in rows]
+    with pytest.raises(CollapseError) as err:
+        for n in range(1, len(stuck) + 1):
+            check_collapse("c", stuck[:n], config, 3e-3, unigram, unigram)
+    assert f"from step {config.steps // 2} to step" in str(err.value)
 
 
 def test_collapsed_training_stage_writes_nothing_finished(tmp_path, monkeypatch):

@@ -355,7 +355,7 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, reference: 
     useful = np.argmax(ce <= best + tolerance, axis=0) + 1
     out: dict[str, Any] = {
         "reference_depth": r, "sampler_mean": sampler_mean, "max_depth": d,
-        "tokens": int(traj.ce.shape[1]), "documents": len(boot.ids),
+        "tokens": int(traj.ce.shape[1]), "units": len(boot.ids),
         "ce_at_depth": {f"k{k}": float(v) for k, v in enumerate(ce[:, 0], 1)},
         "kl": {f"k{k}": float(v) for k, v in enumerate(kl[:, 0], 2)},
         "state_change": {f"k{k}": float(v) for k, v in enumerate(change[:, 0], 1)},

@@ -278,7 +278,7 @@ def sweep_means(sweep: pd.DataFrame) -> pd.DataFrame:
     measurement (ce, scale, step, step_x_scale, radial)."""
     n = sweep["tokens"].sum()
     rows: dict[int, dict[str, float]] = {}
-    for col in sweep.columns.drop(["doc", "tokens"]):
+    for col in sweep.columns.drop(["seed", "doc", "tokens"], errors="ignore"):
         name, k = col.rsplit("_", 1)
         rows.setdefault(int(k), {})[name] = sweep[col].sum() / n
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("loop").sort_index()

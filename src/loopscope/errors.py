@@ -51,8 +51,9 @@ class ResourceError(LoopscopeError):
 
 
 class CollapseError(LoopscopeError):
-    """Every token's final state turned onto one direction while the loss stayed finite
-    (a silent collapse); the message names the cell, step, lr and the cosine seen."""
+    """Past half of the run the final loop's CE is still no better than the training
+    split's unigram entropy while the loss stays finite (a collapse: nothing learned that tells
+    the tokens apart); the message names the cell, steps, lr and the cosine seen."""
 
 
 def format_bytes(n: int) -> str:

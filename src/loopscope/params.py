@@ -188,15 +188,17 @@ class Params:
     seeds: list[int] = field(default_factory=list)  # empty: each cell trains with train.seed
 
 
-def _seeds(raw: Any) -> list[int]:
-    """The optional top-level `seeds` list: every cell trains once per seed."""
+def _seeds(raw: Any, key: str = "seeds") -> list[int]:
+    """An optional seeds list (top-level `seeds`, or a cell's own `cells.<name>.seeds`,
+    which replaces it for that cell): the cell trains once per seed."""
     if raw is None:
         return []
     if (not isinstance(raw, list)
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in raw)
             or len(set(raw)) != len(raw)):
-        raise ParamsError(f"'seeds' is {raw!r}; it must be a list of distinct integers >= 0 "
-                          "(or left out: each cell then trains once with train.seed).")
+        raise ParamsError(f"'{key}' is {raw!r}; it must be a list of distinct integers >= 0 "
+                          "(or left out or empty: a cell's own falls back to the top-level "
+                          "'seeds', that to train.seed).")
     return list(raw)
 
 
@@ -416,8 +418,8 @@ def parse_params(raw: Any) -> Params:
         if not isinstance(overrides, dict):
             raise ParamsError(f"'cells.{name}' must be a mapping, got {overrides!r}.")
         for section in overrides:
-            if section not in CELL_SECTIONS:
-                raise _unknown(f"cells.{name}", str(section), list(CELL_SECTIONS))
+            if section not in (*CELL_SECTIONS, "seeds"):
+                raise _unknown(f"cells.{name}", str(section), [*CELL_SECTIONS, "seeds"])
         params.cells[name] = overrides
         resolve_cell(params, name)  # validates the overrides now, not at training time
     _check_policy_cells(params)
@@ -492,13 +494,15 @@ def resolve_cell(params: Params, name: str) -> CellConfig:
             sections[section] = _build(section, SECTIONS[section], {**base, **extra})
         except ParamsError as err:
             raise ParamsError(f"in cell '{name}': {err}") from None
-    if params.seeds:
+    seeds = _seeds(overrides.get("seeds"), f"cells.{name}.seeds") or params.seeds
+    if seeds:
         if "seed" in (overrides.get("train") or {}):
-            raise ParamsError(f"'cells.{name}.train.seed' has no effect while the top-level "
-                              f"'seeds' list is set ({params.seeds}); remove one of them.")
-        sections["train"] = dataclasses.replace(sections["train"], seed=params.seeds[0])
+            where = f"'cells.{name}.seeds'" if "seeds" in overrides else "the top-level 'seeds'"
+            raise ParamsError(f"'cells.{name}.train.seed' has no effect while {where} list "
+                              f"is set ({seeds}); remove one of them.")
+        sections["train"] = dataclasses.replace(sections["train"], seed=seeds[0])
     _check_cell(name, sections["model"], sections["train"])
-    return CellConfig(cell=name, **sections, seeds=list(params.seeds))
+    return CellConfig(cell=name, **sections, seeds=list(seeds))
 
 
 def _check_cell(name: str, model: ModelConfig, train: TrainConfig) -> None:

@@ -20,10 +20,14 @@ from jupyter_client.manager import KernelManager
 from nbconvert import HTMLExporter
 
 from loopscope import paths
-from loopscope.claims import CellA
+from loopscope.claims import CellA, init_effect, paper_a_claims, paper_b_claims, table
 from loopscope.config import CellConfig, load_cell
 from loopscope.depth import SAMPLERS
 from loopscope.errors import atomic_write_bytes, require_output
+
+# Every verdict of both papers, as data: written by the claims stage, rendered by the
+# reports (and kept per experiment, so runs with other seeds compare claim by claim).
+CLAIMS = paths.TABLES / "claims.json"
 
 
 def cell_group(cell: CellConfig) -> str:
@@ -39,17 +43,24 @@ def cell_group(cell: CellConfig) -> str:
 
 
 def recipe(cell: CellConfig) -> str:
-    """A label for a cell's training recipe (init, schedule, AdamW betas, what weight
-    decay applies to): paper A's cells are compared within one recipe."""
+    """A label for a cell's training recipe: architecture and init (what paper A's
+    reference code uses is named so), then the schedule (ours unless it is the
+    reference's constant lr 3e-4 with AdamW betas 0.9/0.999). Paper A's cells are
+    compared within one recipe."""
     m, t = cell.model, cell.train
+    reference = m.init == "paper_a" and m.ffn == "swiglu" and t.decay_on == "all"
+    arch = ("paper A's reference architecture and init" if reference else "ours")
+    arch += f" (init {m.init}, {m.ffn}, decay on {t.decay_on})"
     warm = f", warm-up {t.warmup_steps}" if t.warmup_steps else ""
-    return (f"init {m.init}, {t.schedule} lr {t.lr:g}{warm}, betas {t.betas[0]:g}/"
-            f"{t.betas[1]:g}, decay on {t.decay_on}")
+    theirs = t.schedule == "constant" and t.lr == 3e-4 and tuple(t.betas) == (0.9, 0.999)
+    return (f"{arch}; schedule {'paper A' if theirs else 'ours'} ({t.schedule} lr {t.lr:g}"
+            f"{warm}, betas {t.betas[0]:g}/{t.betas[1]:g})")
 
 
 def paper_a_cells(cells: list[str]) -> dict[str, CellA]:
     """claims.CellA of each cell, read from configs/, tables/diagnose, tables/sweep,
-    metrics/clamp and metrics/throughput (a missing file names the stage to run)."""
+    metrics/clamp, metrics/throughput and metrics/diagnose (its resampling unit); a
+    missing file names the stage to run."""
     def table(kind: str, cell: str) -> pd.DataFrame:
         return pd.read_parquet(require_output(paths.table_file(kind, cell),
                                               f"diagnose@{cell}"))
@@ -65,7 +76,8 @@ def paper_a_cells(cells: list[str]) -> dict[str, CellA]:
         speed = metrics("throughput", c)
         out[c] = CellA(cell_group(cfg), cfg.train.loss, cfg.model.readout, recipe(cfg),
                        cfg.model.loops, table("diagnose", c), table("sweep", c),
-                       metrics("clamp", c), speed["tokens_per_s"], speed["flops_per_token"])
+                       metrics("clamp", c), speed["tokens_per_s"], speed["flops_per_token"],
+                       metrics("diagnose", c).get("unit", "document"))
     return out
 
 
@@ -78,6 +90,33 @@ def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str |
         return None, None
     main, second = by_depth[-1], by_depth[0]
     return main, second if configs[second].model.loops != configs[main].model.loops else None
+
+
+def judge(cells: list[str], policy_cells: list[str], margin: float, resamples: int
+          ) -> dict[str, Any]:
+    """Both papers' claims on this run's outputs (tables/claims.json): each table as
+    rows (loopscope.claims.table), the verdict counts, and the sentence on what the
+    recipe does to paper A's drift magnitude."""
+    configs = {c: load_cell(paths.config_file(c)) for c in cells}
+    groups = {c: cell_group(configs[c]) for c in cells}
+    data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"])
+    main, second = paper_b_backbones({c: configs[c] for c in cells
+                                      if groups[c] == "paper B backbone"})
+
+    def read(kind: str, cell: str) -> dict[str, Any]:
+        path = paths.metrics_file(kind, cell)
+        return json.loads(require_output(path, f"{kind}@{cell}").read_text())
+
+    found = {"paper_a": paper_a_claims(data, margin, resamples),
+             "paper_b": paper_b_claims({c: read("convergence", c) for c in cells},
+                                       {c: read("policies", c) for c in policy_cells},
+                                       main, second)}
+    out: dict[str, Any] = {k: table(v) for k, v in found.items()}
+    out["counts"] = {k: {verdict: sum(c.verdict == verdict for c in v)
+                         for verdict in ("holds", "contradicted", "inconclusive", "not shown")}
+                     for k, v in found.items()}
+    out["init_effect"] = init_effect(data, resamples)
+    return out
 
 
 def training_precision() -> str:

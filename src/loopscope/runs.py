@@ -30,23 +30,24 @@ from loopscope.data import (
 from loopscope.errors import CheckpointError, DataError
 from loopscope.model import LoopedLM
 from loopscope.tokenizer import EOS
+from loopscope.units import MIN_UNITS, blocks, resampling_units
 
 SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
-
-
 @dataclass
 class Windows:
     """Validation windows (inputs, targets on the run's device), where they start, the
-    document each starts in, and their initial states (None: H_0 is the embedding)."""
+    resampling unit of each (loopscope.units), and their initial states (None: H_0 is
+    the embedding)."""
 
     x: Tensor
     y: Tensor
     starts: np.ndarray
     docs: np.ndarray
     h0: Tensor | None
+    unit: str = "document"
 
     def token_docs(self) -> np.ndarray:
-        """The document of every token, in reading order (for intervals)."""
+        """The resampling unit of every token, in reading order (for intervals)."""
         return np.repeat(self.docs, self.x.shape[1])
 
 
@@ -67,13 +68,14 @@ class Run:
     trained: compute.Compute
     val: Tensor  # every validation token, on the CPU
     h0: Tensor | None = None
-    docs: np.ndarray | None = None  # the document each of x's windows starts in
+    docs: np.ndarray | None = None  # the resampling unit of each of x's windows
+    unit: str = "document"  # what a unit is (loopscope.units)
 
     @property
     def compute(self) -> compute.Compute:
         return self.trained.exact()
 
-    token_docs = Windows.token_docs  # the document of every token of x
+    token_docs = Windows.token_docs  # the resampling unit of every token of x
 
     def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
         """Paper B's three sets of `per_set` windows each (probe training, threshold
@@ -86,8 +88,9 @@ class Run:
         for name, at in zip(SETS, starts, strict=True):
             x, y = windows_at(self.val, self.cell.model.context, at)
             h0 = initial_states(self.model, at, self.cell.train.seed)
+            units = resampling_units(document_ids(self.val, eos, at), at)
             out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
-                                document_ids(self.val, eos, at), h0)
+                                units.ids, h0, units.name)
         return out
 
 
@@ -98,10 +101,15 @@ def document_window_sets(tokens: Tensor, eos_id: int, context: int, per_set: int
     window to the document it starts in (document_ids). Windows of one document are
     correlated, so sets that shared documents would not be independent: a threshold
     chosen on one set and measured on another would be measured on what it was chosen
-    on. Within a set the windows are spread evenly over its documents' windows. what:
-    the param that sets per_set, for the error when a set runs short."""
+    on. A corpus of fewer documents than sets deals out blocks of consecutive windows
+    instead (MIN_UNITS per set). Within a set the windows are spread evenly over its
+    documents' windows. what: the param that sets per_set, for the error when a set
+    runs short."""
     slots = np.arange((len(tokens) - 1) // context, dtype=np.int64) * context
-    owner = document_ids(tokens, eos_id, slots) % sets
+    owner = document_ids(tokens, eos_id, slots)
+    if len(np.unique(owner)) < sets:
+        owner = blocks(owner, slots, max(1, len(slots) // (sets * MIN_UNITS)))
+    owner = owner % sets
     out = []
     for i in range(sets):
         mine = slots[owner == i]
@@ -159,6 +167,7 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
         check_context(load_meta(paths.PREPARED), context)
         (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
         x, y = windows_at(tokens, context, starts)
+        units = resampling_units(document_ids(tokens, eos, starts), starts)
         yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device),
                   run_on, tokens, initial_states(model, starts, cell.train.seed),
-                  document_ids(tokens, eos, starts))
+                  units.ids, units.name)

@@ -1,0 +1,26 @@
+"""Stage claims: every verdict of both papers, judged once, as data.
+
+Writes tables/claims.json (loopscope.report.judge): paper A's claims in each recipe
+group and paper B's, each row with its criterion, value, interval and verdict; the
+verdict counts; and what the recipe does to paper A's drift magnitude. The reports
+render it; `dvc exp run` keeps one per experiment, so a run with other seeds compares
+claim by claim (`git diff` or `dvc exp diff` on this file).
+"""
+
+from loopscope.errors import run, write_json
+from loopscope.params import load_params
+from loopscope.report import CLAIMS, judge
+
+
+def main() -> None:
+    params = load_params()
+    found = judge(list(params.cells), list(params.policies.cells),
+                  params.diagnose.margin_nats, params.diagnose.bootstrap)
+    write_json(CLAIMS, found)
+    print("claims: " + "; ".join(
+        f"{paper} " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        for paper, counts in found["counts"].items()))
+
+
+if __name__ == "__main__":
+    run(main)
