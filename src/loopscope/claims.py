@@ -2,23 +2,26 @@
 uncertainty and can come out either way.
 
 A verdict is one of
-    holds          the interval (95%, documents resampled) decides for the claim
+    holds          the interval (95%, units resampled) decides for the claim
     contradicted   the interval decides against it
-    inconclusive   the interval does not decide
+    inconclusive   the interval does not decide, or rests on fewer than
+                   loopscope.units.FEWEST_UNITS units
     not shown      the cells or metrics the claim needs are not in this run
 A claim of an effect holds when its interval excludes zero in the claimed direction;
 a claim of *no* effect holds when its interval lies inside a stated margin. Where a
 paper gives a magnitude, the magnitude gets its own verdict beside the direction.
 
 The stages compute the intervals (they hold the per-token values) and write them into
-the metrics files as {"value", "lo", "hi"}; the functions here read metrics only, so
-the unit tests can feed constructed metrics and the notebooks only render.
-Window intervals are conditional on the trained model: they resample validation
-documents, not training runs.
+the metrics files as {"value", "lo", "hi", "units"}; the functions here read metrics and
+tables only, so the unit tests can feed constructed ones, and the claims stage writes
+the verdicts for the notebooks to render. Intervals resample validation units
+(documents, or blocks of windows: loopscope.units) and, for a cell trained with several
+seeds, its seeds (Documents): with one seed an interval is conditional on that model.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -35,7 +38,7 @@ Verdict = Literal["holds", "contradicted", "inconclusive", "not shown"]
 @dataclass(frozen=True)
 class Interval:
     """An estimate with its 95% interval, and how many resampling units (documents, or
-    blocks of windows: loopscope.runs.resampling_units) it rests on (None: not known)."""
+    blocks of windows: loopscope.units) it rests on (None: not known)."""
 
     value: float
     lo: float
@@ -172,11 +175,11 @@ def decides(rule: Callable[..., Verdict]) -> Callable[..., Verdict]:
     """A verdict rule that decides nothing on an interval resting on fewer than
     FEWEST_UNITS resampling units: so few units make a percentile interval too narrow
     to trust (two documents gave near-zero widths)."""
+    @functools.wraps(rule)
     def checked(iv: Interval | None, *args: Any) -> Verdict:
         if iv is not None and iv.too_few_units:
             return "inconclusive"
         return rule(iv, *args)
-    checked.__doc__, checked.__name__ = rule.__doc__, rule.__name__
     return checked
 
 
