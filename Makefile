@@ -2,6 +2,8 @@
 #   make repro   venv + pinned deps + corpus (params.yaml's data:) + `dvc repro` -> reports/html/*.html
 #   make test    venv + pinned deps + pytest (two workers; one test file per worker at a time)
 #   make setup   venv + pinned deps only (e.g. before `dvc pull`)
+#   make depth   paper B's depth-use search (loopscope.levers): queue its `dvc exp` runs,
+#                run them one after another, write docs/depth.md from their results
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +14,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup repro test lint data clean-venv
+.PHONY: setup repro test lint data depth clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +28,11 @@ data: $(STAMP)
 
 repro: data
 	$(BIN)/dvc repro
+
+depth: data
+	$(BIN)/python -m loopscope.levers queue
+	$(BIN)/dvc exp run --run-all
+	$(BIN)/python -m loopscope.levers collect
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15

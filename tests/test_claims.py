@@ -227,13 +227,28 @@ def test_claims_name_the_depth_they_compare_against():
 
 
 def test_a_backbone_that_does_not_use_its_depth_is_marked_outside_the_regime():
-    found = paper_b_claims({"main": conv(useful=3)}, {"main": pol()}, "main", None)
+    found = paper_b_claims({"main": conv(useful=3), "second": conv(r=4)}, {"main": pol()},
+                           "main", "second")
     marked = {c.claim.split(" [")[0] for c in found if c.regime}
     assert marked == {"A tail of tokens is still updating at R",
-                      "A1 (KL exit) matches uniform depth-R quality in fewer loops"}
+                      "A1 (KL exit) matches uniform depth-R quality in fewer loops",
+                      "Useful depth saturates at the training-mean depth"}
     assert all(c.verdict != "not shown" for c in found if c.regime)  # verdict kept
-    assert "regime" in table(found)[0] and "regime" not in table(
-        paper_b_claims({"main": conv()}, {"main": pol()}, "main", None))[0]
+    inside = paper_b_claims({"main": conv(), "second": conv(r=4)}, {"main": pol()},
+                            "main", "second")
+    assert not any(c.regime for c in inside)
+    assert "regime" in table(found)[0] and "regime" not in table(inside)[0]
+
+
+def test_every_paper_b_claim_shows_its_backbones_useful_depth_against_r():
+    found = paper_b_claims({"main": conv(useful=3), "second": conv(r=4)}, {"main": pol()},
+                           "main", "second")
+    assert all(c.depth_use for c in found)
+    assert found[0].depth_use == "main: useful depth 3 [2, 3] of R = 8"
+    order_second = [c for c in found if c.claim.startswith(ORDER)][1]
+    assert order_second.depth_use == "second: useful depth 4 [3, 4] of R = 4"
+    assert found[-1].depth_use == ("second: useful depth 4 [3, 4] of R = 4; "
+                                   "main: useful depth 3 [2, 3] of R = 8")
 
 
 def test_paper_b_claims_are_not_shown_without_a_backbone():

@@ -12,9 +12,9 @@ import yaml
 
 from loopscope.config import CellConfig, TrainConfig
 from loopscope.data import Corpus, steps_for_epochs
-from loopscope.model import LoopedLM, ModelConfig
+from loopscope.model import LoopedLM, ModelConfig, cost
 from loopscope.params import load_params, resolve_cell
-from loopscope.plan import corpus_tokens, main, plan, plan_cell
+from loopscope.plan import TFLOPS, corpus_tokens, main, plan, plan_cell, train_flops_per_token
 from loopscope.tokenizer import encode, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,3 +231,35 @@ def test_preset_loads_and_plans_to_the_papers_size(path):
         assert params.seeds == [42, 101, 202]
     else:
         assert list(params.cells) == ["backbone"]
+
+
+def test_training_flops_count_forward_and_backward_through_the_kept_loops():
+    cell = tiny_cell(loss="final", steps=10, batch_size=2)
+    c = cost(cell.model)
+    assert train_flops_per_token(cell) == pytest.approx(3 * c.uniform(4))
+    truncated = tiny_cell(loss="final", backprop_loops=1)
+    assert train_flops_per_token(truncated) == pytest.approx(
+        c.uniform(4) + 2 * c.uniform(1))
+    per_loop = tiny_cell(loss="per_loop")
+    assert train_flops_per_token(per_loop) == pytest.approx(3 * (c.uniform(4) + 3 * c.readout))
+
+
+def test_time_is_estimated_on_a_gpu_at_the_assumed_rate_and_not_on_a_cpu():
+    cell = tiny_cell(loss="final", steps=1000, batch_size=8)
+    flops = 3 * cost(cell.model).uniform(4) * 1000 * 8 * 32
+    assert plan_cell(cell, None, "cuda")["hours"] == pytest.approx(flops / TFLOPS / 1e12 / 3600)
+    assert plan_cell(cell, None, "cpu")["hours"] is None
+    assert plan_cell(cell, None, "cpu", tflops=1.0)["hours"] == pytest.approx(
+        flops / 1e12 / 3600)
+
+
+def test_the_paper_b_preset_plans_one_gpu_in_hours_not_days():
+    """Paper B's ~135M backbone at mean depth 8 (E[r] = 9, Huginn's sampler), prelude,
+    core and coda: its TinyStories run is a day or less on one GPU at the assumed rate."""
+    result = plan(ROOT / "presets" / "paper_b_tinystories.yaml", "cuda")
+    cell = result["cells"]["backbone"]
+    assert cell["depth_mean"] == pytest.approx(9.0, abs=0.1)
+    assert 1 < result["total"]["hours"] < 48
+    out = run_cli(str(ROOT / "presets" / "paper_b_tinystories.yaml"), "--device", "cuda")
+    assert "device-hours at an assumed 50 TFLOP/s" in out.stdout
+    assert run_cli("--tflops", "0").returncode == 2

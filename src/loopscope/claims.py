@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import zlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -232,6 +232,7 @@ class Claim:
     verdict: Verdict
     magnitude: Verdict | Literal["n/a"] = "n/a"
     regime: str = ""  # why the verdict is read outside the paper's regime ("": inside)
+    depth_use: str = ""  # paper B: the backbone's useful depth against R
     recipe: str = ""  # the recipe group of paper A's cells the claim is judged in
     resampled: str = ""  # what the interval resamples: units, and seeds per cell
 
@@ -275,6 +276,12 @@ class Backbone:
     @property
     def useful(self) -> int:
         return int(self.conv["saturation"]["useful_depth"])
+
+    @property
+    def depth_use(self) -> str:
+        """The useful depth with its interval, against R: beside every paper B claim."""
+        iv = Interval.of(self.conv["saturation"]["useful_depth_iv"])
+        return f"{self.name}: useful depth {iv.value:g} [{iv.lo:g}, {iv.hi:g}] of R = {self.r}"
 
     def regime(self) -> str:
         """Why claims that need a backbone using its depth are read outside paper B's
@@ -491,7 +498,9 @@ def a2_saves_nothing(b: Backbone) -> Claim:
 def saturation(backbones: list[Backbone]) -> Claim:
     """Paper B's hypothesis: useful depth (the smallest depth within tolerance of the best
     CE) saturates at the training mean, 4 -> 4 and 8 -> 8. It is a claim about two
-    backbones: with one, nothing is tested."""
+    backbones: with one, nothing is tested. Read outside the paper's regime when any
+    backbone does not use its depth: then the verdict says what our backbones do, not
+    whether depth use follows the training mean at the paper's scale."""
     text = "Useful depth saturates at the training-mean depth"
     paper = "mean 4 -> 4, mean 8 -> 8"
     crit = (f"useful depth inside [{REGIME:g} R, {2 - REGIME:g} R] for every backbone "
@@ -503,7 +512,8 @@ def saturation(backbones: list[Backbone]) -> Claim:
     verdicts = [inside(i.map(lambda v, r=b.r: v / r), REGIME, 2 - REGIME)
                 for b, i in zip(backbones, found.values(), strict=True)]
     value = "; ".join(f"{b.name}: R = {b.r} -> {found[b.name]}" for b in backbones)
-    return Claim(text, paper, crit, value, all_of(verdicts))
+    regime = "; ".join(r for b in backbones if (r := b.regime()))
+    return Claim(text, paper, crit, value, all_of(verdicts), regime=regime)
 
 
 def paper_b_claims(conv: dict[str, dict[str, Any]], pol: dict[str, dict[str, Any]],
@@ -521,18 +531,19 @@ def paper_b_claims(conv: dict[str, dict[str, Any]], pol: dict[str, dict[str, Any
                                     ("Per-token convergence", "median loop 6, ~10% at R"))]
     b = Backbone(main, conv[main], pol.get(main))
     others = [Backbone(c, conv[c], pol.get(c)) for c in (second,) if c is not None and c in conv]
-    out = [elasticity(b), flat_past_r(b), kl_decay(b), state_decay(b),
-           median_convergence(b), tail(b)]
-    out += [token_order(x) for x in [b, *others]]
-    out += [a1_saves(b), a2_saves_nothing(b), saturation([*others, b])]
-    return out
+    rows = [(c, [b]) for c in (elasticity(b), flat_past_r(b), kl_decay(b), state_decay(b),
+                               median_convergence(b), tail(b))]
+    rows += [(token_order(x), [x]) for x in [b, *others]]
+    rows += [(a1_saves(b), [b]), (a2_saves_nothing(b), [b]),
+             (saturation([*others, b]), [*others, b])]
+    return [replace(c, depth_use="; ".join(x.depth_use for x in read)) for c, read in rows]
 
 
 def table(claims: list[Claim]) -> list[dict[str, str]]:
-    """Rows for a DataFrame or an HTML table; the regime, recipe and resampled columns
-    only where a claim has one."""
+    """Rows for a DataFrame or an HTML table; the regime, depth use, recipe and
+    resampled columns only where a claim has one."""
     rows = [c.row() for c in claims]
-    for col in ("regime", "recipe", "resampled"):
+    for col in ("regime", "depth_use", "recipe", "resampled"):
         if not any(r[col] for r in rows):
             for r in rows:
                 del r[col]

@@ -1,6 +1,6 @@
 """Check a params file and print what training its cells would cost, without training.
 
-    python -m loopscope.plan [PARAMS_FILE] [--json] [--device cuda|cpu]
+    python -m loopscope.plan [PARAMS_FILE] [--json] [--device cuda|cpu] [--tflops X]
 
 A paper-scale run takes GPU-hours; a wrong context, a too-large batch or an epoch count
 that means ten times more steps than intended should show up in a second. For every
@@ -19,6 +19,12 @@ or not at all (the corpus is not fetched yet; the command that fetches it is pri
 The memory column is loopscope.memory's training estimate per process (its docstring
 has the formula), the same numbers the train stage checks against the memory there is
 before its first step. Not counted: the CUDA context (~0.5 GiB).
+
+The time column is training FLOPs over an assumed sustained rate (--tflops, default
+TFLOPS on cuda; none on a CPU unless given): per token, the forward pass at the
+sampler's mean depth with its readouts (loopscope.model.cost) plus twice the part the
+gradients run through (the kept loops). An order of magnitude to budget by, not a
+measurement.
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ from loopscope.corpus import held_source
 from loopscope.data import Corpus, steps_for_epochs, train_windows
 from loopscope.depth import sampler
 from loopscope.memory import GIB, num_params
+from loopscope.model import cost
 from loopscope.params import Params, load_params, resolve_cell
 from loopscope.tokenizer import train_tokenizer
 
+TFLOPS = 50.0  # assumed sustained bf16 TFLOP/s of one current GPU (H100 / 4090 class)
 SAMPLE_BYTES = 2_000_000  # text the estimate's tokenizer sees: seconds, even at 32k BPE
 HELD_OUT = 0.1  # tail of the sample the tokens-per-byte ratio is measured on
 
@@ -60,12 +68,26 @@ def assumed_device(cell: CellConfig, device: str | None = None) -> str:
     return "cuda" if cuda else "cpu"
 
 
+def train_flops_per_token(cell: CellConfig) -> float:
+    """Training FLOPs per token at the sampler's mean depth: the forward pass with its
+    readouts, plus the backward pass (2x forward) through the loops gradients reach."""
+    m, t = cell.model, cell.train
+    c, mean = cost(m), sampler(t, m.loops).mean()
+    kept = min(mean, t.backprop_loops) if t.backprop_loops > 0 else mean
+    per_loop = t.loss == "per_loop"
+    forward = c.prelude + c.loop * mean + c.readout * (mean if per_loop else 1)
+    backward = 2 * (c.prelude + c.loop * kept + c.readout * (kept if per_loop else 1))
+    return forward + backward
+
+
 def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
-              n_params: int | None = None) -> dict[str, Any]:
-    """Size, depth, steps and memory estimate of one cell (loopscope.memory.training).
+              n_params: int | None = None, tflops: float | None = None) -> dict[str, Any]:
+    """Size, depth, steps, memory (loopscope.memory.training) and time estimate of one
+    cell.
 
     tokens: training tokens of the corpus (None: unknown, so no epoch numbers).
     device: assumed device where train.device is auto. n_params: a cached count.
+    tflops: the assumed sustained rate (None: TFLOPS on cuda, no time on a CPU).
     """
     m, t = cell.model, cell.train
     dev = assumed_device(cell, device)
@@ -79,6 +101,9 @@ def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
     else:
         steps = t.steps
     epochs = (steps * t.batch_size / windows if steps is not None and windows else None)
+    trained = steps * t.batch_size * m.context if steps is not None else None
+    flops = train_flops_per_token(cell) * trained if trained is not None else None
+    rate = tflops if tflops is not None else (TFLOPS if dev == "cuda" else None)
     return {
         "params": est.params,
         "loops": m.loops,
@@ -92,7 +117,10 @@ def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
         "tokens_per_epoch": windows * m.context if windows is not None else None,
         "steps": steps,
         "epochs": epochs,
-        "tokens_trained": steps * t.batch_size * m.context if steps is not None else None,
+        "tokens_trained": trained,
+        "train_flops": flops,
+        "tflops_assumed": rate,
+        "hours": flops / (rate * 1e12) / 3600 if flops is not None and rate else None,
         "runs": len(cell.seeds),
         "device": dev,
         "device_auto": t.device == "auto",
@@ -226,7 +254,7 @@ def _si(x: float | None) -> str:
 
 
 def plan(path: str | Path, device: str | None = None,
-         prepared: Path = paths.PREPARED) -> dict[str, Any]:
+         prepared: Path = paths.PREPARED, tflops: float | None = None) -> dict[str, Any]:
     """The whole plan of a params file: corpus tokens, every cell, and a total."""
     params = load_params(path)  # first: a bad key fails before any work
     corpus = corpus_tokens(params, prepared, path)
@@ -236,10 +264,10 @@ def plan(path: str | Path, device: str | None = None,
         cell = resolve_cell(params, name)
         key = json.dumps(cell.model.__dict__, sort_keys=True)
         counts.setdefault(key, num_params(cell.model))
-        cells[name] = plan_cell(cell, corpus.tokens, device, counts[key])
+        cells[name] = plan_cell(cell, corpus.tokens, device, counts[key], tflops)
     runs = sum(c["runs"] for c in cells.values())
 
-    def total(key: str) -> int | None:
+    def total(key: str) -> float | None:
         values = [c[key] for c in cells.values()]
         if None in values:
             return None
@@ -252,6 +280,7 @@ def plan(path: str | Path, device: str | None = None,
         "cells": cells,
         "total": {"cells": len(cells), "runs": runs, "steps": total("steps"),
                   "tokens_trained": total("tokens_trained"),
+                  "train_flops": total("train_flops"), "hours": total("hours"),
                   "peak_memory_gib": max(c["memory_gib"]["total"] for c in cells.values())},
     }
 
@@ -265,15 +294,17 @@ def format_plan(result: dict[str, Any]) -> str:
         gib = c["memory_gib"]
         rows.append([name, _si(c["params"]), depth, str(c["loops_kept"]),
                      _si(c["windows_per_epoch"]), _si(c["tokens_per_epoch"]), _n(c["steps"]),
+                     _n(c["hours"], ",.1f"),
                      _n(c["epochs"], ".2f"),
                      str(c["runs"]), f"{gib['weights_optimizer']:.1f}",
                      f"{gib['activations']:.1f}", f"{gib['attention']:.1f}",
                      f"{gib['logits']:.1f}", f"{gib['total']:.1f}"])
     t = result["total"]
-    rows.append(["total", "", "", "", "", "", _n(t["steps"]), "", str(t["runs"]), "", "", "",
+    rows.append(["total", "", "", "", "", "", _n(t["steps"]), _n(t["hours"], ",.1f"), "",
+                 str(t["runs"]), "", "", "",
                  "", f"{t['peak_memory_gib']:.1f} max"])
     header = ["cell", "params", "depth", "bp loops", "windows/epoch", "tokens/epoch", "steps",
-              "epochs", "runs", "W+G+Adam", "activ.", "attn.", "logits", "GiB (est.)"]
+              "hours", "epochs", "runs", "W+G+Adam", "activ.", "attn.", "logits", "GiB (est.)"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(r: list[str]) -> str:
@@ -296,7 +327,11 @@ def format_plan(result: dict[str, Any]) -> str:
            line(["-" * w for w in widths]), line(rows[-1])]
     if t["tokens_trained"] is not None:
         out.append(f"all runs together train on {_si(t['tokens_trained'])} tokens "
-                   f"(steps x batch x context)")
+                   f"(steps x batch x context), {t['train_flops']:.2e} FLOPs")
+    if t["hours"] is not None:
+        out.append(f"time: {t['hours']:,.1f} device-hours at an assumed "
+                   f"{first['tflops_assumed']:g} TFLOP/s sustained (--tflops; an estimate "
+                   "from FLOPs, not a measurement)")
     return "\n".join(out)
 
 
@@ -309,8 +344,13 @@ def main(argv: list[str] | None = None) -> None:
                              "(default: cuda if this machine has it)")
     parser.add_argument("--prepared", default=str(paths.PREPARED),
                         help="the prepare stage's output")
+    parser.add_argument("--tflops", type=float,
+                        help=f"assumed sustained TFLOP/s for the time column (default "
+                             f"{TFLOPS:g} on cuda, no time on a CPU)")
     args = parser.parse_args(argv)
-    result = plan(args.params_file, args.device, Path(args.prepared))
+    if args.tflops is not None and args.tflops <= 0:
+        parser.error(f"--tflops is {args.tflops:g}; it must be > 0")
+    result = plan(args.params_file, args.device, Path(args.prepared), args.tflops)
     try:
         print(json.dumps(result, indent=2) if args.json else format_plan(result), flush=True)
     except BrokenPipeError:  # `plan | head`: the reader is gone, not an error of ours

@@ -1,0 +1,127 @@
+"""The depth-use search (loopscope.levers): experiments that are valid and distinct,
+results read from `dvc exp show --json` alone, the rerun check, the generated page."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loopscope import levers
+from loopscope.errors import DataError, ParamsError
+from loopscope.params import parse_params, resolve_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW = yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def test_every_experiment_is_a_valid_backbone_that_differs_from_the_default():
+    levers.validate(RAW)
+    default = resolve_cell(parse_params(RAW), levers.CELL)
+    for e in levers.EXPERIMENTS:
+        cell = resolve_cell(parse_params(levers.with_overrides(RAW, e)), levers.CELL)
+        assert cell != default, e.name
+    assert len({e.name for e in levers.EXPERIMENTS}) == len(levers.EXPERIMENTS)
+
+
+def test_a_bad_override_is_refused_naming_the_experiment():
+    bad = levers.Experiment("bad", "x", ("model.n_kore=1",))
+    with pytest.raises(ParamsError, match="n_kore"):
+        resolve_cell(parse_params(levers.with_overrides(RAW, bad)), levers.CELL)
+
+
+def test_the_trend_spans_8x_of_training_tokens_around_the_default():
+    steps = [levers.tokens(levers.with_overrides(RAW, e)) for e in levers.EXPERIMENTS
+             if e.axis == levers.TREND and e.lever == levers.TREND]
+    default = levers.tokens(RAW)
+    assert min(steps) < default < max(steps) and max(steps) / min(steps) >= 8
+
+
+def test_the_command_retrains_the_backbone_alone():
+    e = levers.experiment("lever-prelude-coda")
+    assert e.command() == ["dvc", "exp", "run", "--queue", "-n", "lever-prelude-coda",
+                           "convergence@backbone", "-S", "++cells.backbone.model.n_prelude=1",
+                           "-S", "++cells.backbone.model.n_coda=1"]
+    assert "--queue" not in e.command(queue=False)
+    with pytest.raises(Exception, match="unknown experiment"):
+        levers.experiment("nope")
+
+
+def conv(useful=3.0, gain=0.2, share=0.01, r=8):
+    iv = {"value": useful, "lo": useful, "hi": useful + 1}
+    return {"reference_depth": r,
+            "ce_at_depth": {f"k{k}": 4.0 + 1 / k for k in range(1, 4 * r + 1)},
+            "saturation": {"useful_depth": int(useful), "useful_depth_iv": iv,
+                           "tolerance": 0.01},
+            "elasticity": {"gain": {"value": gain, "lo": gain - 0.01, "hi": gain + 0.01}},
+            "convergence": {"share_after_reference": {"value": share, "lo": 0.0,
+                                                       "hi": 2 * share}}}
+
+
+def rev(raw, c, seconds=100.0, timestamp="2026-12-02T01:00:00"):
+    return {"timestamp": timestamp, "params": {"params.yaml": {"data": raw}},
+            "metrics": {"metrics/convergence/backbone.json": {"data": c},
+                        "metrics/train_timings/backbone.json":
+                            {"data": {"train_seconds": seconds}}}}
+
+
+def exp_show():
+    """`dvc exp show --json`'s shape: the commit, one finished and one running run."""
+    e = levers.experiment("trend-steps-180")
+    done = {"name": e.name, "executor": {"state": "success"},
+            "revs": [{"rev": "abc", "data": rev(levers.with_overrides(RAW, e), conv(5.0))}]}
+    running = {"name": "lever-core1", "executor": {"state": "running"},
+               "revs": [{"rev": "def", "data": rev(RAW, conv(7.0))}]}  # baseline's files
+    failed = {"name": "lever-width64", "executor": {"state": "failed"},
+              "revs": [{"rev": "ghi", "data": rev(RAW, conv(7.0)), "error": None}]}
+    timed = rev(RAW, conv())
+    timed["metrics"]["metrics/bench/exits.json"] = {"data": BENCH}
+    runtime = {"name": levers.RUNTIME.name, "executor": None,
+               "revs": [{"rev": "jkl", "data": timed}]}
+    return [{"rev": "workspace", "data": rev(RAW, conv())},
+            {"rev": "1234567890", "name": "main", "data": rev(RAW, conv()),
+             "experiments": [done, running, failed, runtime]}]
+
+
+BENCH = {"reference_depth": 8, "matched_depth": 5, "baseline_depth": 5,
+         "scoring": {"mean_loops": {"kl": 4.1}, "realized": {"kl": 1.25},
+                     "flop_speedup": {"kl": 1.1}, "realized_vs_r": {"kl": 1.9}}}
+
+
+def test_results_come_from_finished_experiments_only():
+    results = levers.from_exp_show(exp_show())
+    names = [r["name"] for r in results["rows"]]
+    assert names == ["default", "trend-steps-180"]
+    assert "lever-core1" in results["missing"] and "lever-core1" not in results["failed"]
+    assert results["failed"] == ["lever-width64"]
+    default, short = results["rows"]
+    assert short["tokens"] * 4 == default["tokens"] == 720 * 16 * 128
+    assert short["useful_depth"]["value"] == 5.0 and short["rev"] == "abc"
+    assert results["defaults"]["model.n_core"] == 2.0
+
+
+def test_the_page_and_figure_are_generated_from_the_results(tmp_path):
+    results = levers.from_exp_show(exp_show())
+    results["machine"] = "test machine"
+    text = levers.page(results)
+    assert "| trend-steps-180 | training tokens | 0.37 | 5 [5, 6] / 8 |" in text
+    assert "`trend-steps-180`, 5 of R = 8" in text  # the deepest, named
+    assert "Failed (`dvc queue logs NAME` says why" in text and "lever-width64" in text
+    assert "| scoring | kl | 4.10 | 1.25x | 1.10x | 1.90x |" in text  # the runtime
+    assert "baseline a per-token policy\nhas to beat is depth 5" in text
+    levers.figure(results, tmp_path / "depth.png")
+    assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_committed_page_is_the_committed_results_rendered():
+    results = json.loads((ROOT / levers.RESULTS).read_text())
+    assert (ROOT / levers.PAGE).read_text() == levers.page(results)
+
+
+def test_a_rerun_agrees_within_a_loop_and_two_hundredths_of_a_nat():
+    results = levers.from_exp_show(exp_show())
+    assert levers.check("trend-steps-180", conv(6.0, gain=0.2), results) == []
+    assert levers.check("trend-steps-180", conv(7.0), results)  # 2 loops off
+    assert levers.check("trend-steps-180", conv(5.0, gain=0.23), results)
+    with pytest.raises(DataError, match="no row"):
+        levers.check("lever-core1", conv(), results)
