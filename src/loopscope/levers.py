@@ -396,6 +396,7 @@ def collect(rev: str | None = None) -> dict[str, Any]:
     results = from_exp_show(json.loads(out.stdout))
     results["machine"] = machine()
     write_json(RESULTS, results)
+    results = json.loads(RESULTS.read_text())  # the page is what the committed file renders
     figure(results, FIGURE)
     with atomic_output(PAGE) as tmp:
         tmp.write_text(page(results))
