@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import platform
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -185,9 +187,10 @@ def _finished(base: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], se
     """The finished runs of one named experiment on a commit, newest first, and the
     states of all its runs. A queued or running one still shows the commit's own files,
     so it must not be read as a result."""
-    found = [ex for ex in base.get("experiments") or [] if ex.get("name") == name]
-    states = {(ex.get("executor") or {}).get("state", "success") for ex in found}
-    runs = [r for ex in found if (ex.get("executor") or {}).get("state", "success") == "success"
+    found = [(ex, (ex.get("executor") or {}).get("state", "success"))
+             for ex in base.get("experiments") or [] if ex.get("name") == name]
+    states = {state for _, state in found}
+    runs = [r for ex, state in found if state == "success"
             for r in ex.get("revs") or [] if r.get("data") and not r.get("error")]
     runs.sort(key=lambda r: r["data"].get("timestamp") or "", reverse=True)
     return runs, states
@@ -217,7 +220,7 @@ def from_exp_show(show: list[dict[str, Any]]) -> dict[str, Any]:
             rows += found[:1]
         if not found:
             (failed if "failed" in states else missing).append(e.name)
-    conv = _metric(base["data"], f"metrics/convergence/{CELL}.json") or {}
+    conv = _metric(base["data"], f"metrics/convergence/{CELL}.json")  # default's: present
     return {"baseline": base["rev"], "cell": CELL, "rows": rows, "missing": missing,
             "runtime": None if runtime is None else runtime_rows(runtime),
             "runtime_depths": None if runtime is None else {
@@ -404,8 +407,7 @@ def collect(rev: str | None = None) -> dict[str, Any]:
 
 
 def machine() -> str:
-    import os
-    import platform
+    """The machine the experiments trained on, for the page's cost line."""
     return f"{platform.machine()}, {os.cpu_count()} CPU cores"
 
 
