@@ -4,6 +4,8 @@
 #   make setup   venv + pinned deps only (e.g. before `dvc pull`)
 #   make depth   paper B's depth-use search (loopscope.levers): queue its `dvc exp` runs,
 #                run them one after another, write docs/depth.md from their results
+#   make screenshots   reports/html/*.html -> reports/screenshots/*.png in headless
+#                Chromium (Debian's `chromium` package), offline, full page
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -14,7 +16,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup repro test lint data depth clean-venv
+.PHONY: setup repro test lint data depth screenshots clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +38,20 @@ depth: data
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
+
+# Full page: headless Chromium captures only its window, so the window is
+# SCREENSHOT_WIDTH x SCREENSHOT_HEIGHT px (a height any report fits in) and the blank rows
+# below the page are cut off; a taller page fails, naming SCREENSHOT_HEIGHT. Offline:
+# every host name resolves to nothing, so the PNG shows what a reader without network sees.
+SCREENSHOT_HTML ?= reports/html
+SCREENSHOT_DIR ?= reports/screenshots
+SCREENSHOT_WIDTH ?= 1400
+SCREENSHOT_HEIGHT ?= 20000
+screenshots: $(STAMP)
+	@command -v chromium >/dev/null || { echo "make screenshots: no chromium on PATH;" \
+	  "install Debian's package: sudo apt-get install -y chromium" >&2; exit 1; }
+	$(BIN)/python -m loopscope.report screenshots $(SCREENSHOT_HTML) $(SCREENSHOT_DIR) \
+	  --width $(SCREENSHOT_WIDTH) --height $(SCREENSHOT_HEIGHT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src stages tests

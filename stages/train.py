@@ -10,7 +10,7 @@ rerunning a stage), so after a kill `dvc repro` continues from it; it is deleted
 the run's outputs are in place.
 
 With train.processes > 1 the stage starts itself again under torchrun (one node, that
-many processes, DDP); across nodes, start it with torchrun yourself (README, Scaling up).
+many processes, DDP); across nodes, start it with torchrun yourself (docs/scaling.md).
 Only rank 0 writes logs, checkpoints and metrics.
 
 Before the first step (and before torchrun starts) the stage refuses a run that will not

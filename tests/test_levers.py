@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 RAW = yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
-def test_every_experiment_is_a_valid_backbone_that_differs_from_the_default():
+def test_every_experiment_is_a_valid_backbone_that_differs_from_the_base_recipe():
     levers.validate(RAW)
-    default = resolve_cell(parse_params(RAW), levers.CELL)
+    default = resolve_cell(parse_params(levers.with_overrides(RAW, levers.BASELINE)),
+                           levers.CELL)
     for e in levers.EXPERIMENTS:
         cell = resolve_cell(parse_params(levers.with_overrides(RAW, e)), levers.CELL)
         assert cell != default, e.name
@@ -40,9 +41,13 @@ def test_the_trend_spans_8x_of_training_tokens_around_the_default():
 def test_the_command_retrains_the_backbone_alone():
     e = levers.experiment("lever-prelude-coda")
     assert e.command() == ["dvc", "exp", "run", "--queue", "-n", "lever-prelude-coda",
-                           "convergence@backbone", "-S", "++cells.backbone.model.n_prelude=1",
+                           "convergence@backbone",
+                           "-S", "++cells.backbone.train.depth_sigma=0.5",
+                           "-S", "++cells.backbone.model.n_prelude=1",
                            "-S", "++cells.backbone.model.n_coda=1"]
     assert "--queue" not in e.command(queue=False)
+    # a lever on the base's own key replaces it rather than setting it twice
+    assert levers.experiment("lever-sigma01").sets == ("train.depth_sigma=0.1",)
     with pytest.raises(Exception, match="unknown experiment"):
         levers.experiment("nope")
 
@@ -65,7 +70,7 @@ def rev(raw, c, seconds=100.0, timestamp="2026-12-02T01:00:00"):
                             {"data": {"train_seconds": seconds}}}}
 
 
-def exp_show():
+def exp_show(commit_raw=RAW, extra=()):
     """`dvc exp show --json`'s shape: the commit, one finished and one running run."""
     e = levers.experiment("trend-steps-180")
     done = {"name": e.name, "executor": {"state": "success"},
@@ -78,9 +83,9 @@ def exp_show():
     timed["metrics"]["metrics/bench/exits.json"] = {"data": BENCH}
     runtime = {"name": levers.RUNTIME.name, "executor": None,
                "revs": [{"rev": "jkl", "data": timed}]}
-    return [{"rev": "workspace", "data": rev(RAW, conv())},
-            {"rev": "1234567890", "name": "main", "data": rev(RAW, conv()),
-             "experiments": [done, running, failed, runtime]}]
+    return [{"rev": "workspace", "data": rev(commit_raw, conv())},
+            {"rev": "1234567890", "name": "main", "data": rev(commit_raw, conv()),
+             "experiments": [done, running, failed, runtime, *extra]}]
 
 
 BENCH = {"reference_depth": 8, "matched_depth": 5, "baseline_depth": 5,
@@ -98,6 +103,22 @@ def test_results_come_from_finished_experiments_only():
     assert short["tokens"] * 4 == default["tokens"] == 720 * 16 * 128
     assert short["useful_depth"]["value"] == 5.0 and short["rev"] == "abc"
     assert results["defaults"]["model.n_core"] == 2.0
+
+
+def test_the_default_row_is_the_base_recipe_not_whatever_the_commit_trains():
+    moved = levers.with_overrides(RAW, levers.experiment("lever-sigma01"))  # sigma 0.1
+    assert not levers.is_base(moved)
+    assert levers.is_base(levers.with_overrides(moved, levers.BASELINE))
+    with pytest.raises(DataError, match="no finished `default` experiment"):
+        levers.from_exp_show(exp_show(moved))
+    base = {"name": "default", "executor": {"state": "success"},
+            "revs": [{"rev": "mno", "data": rev(levers.with_overrides(moved, levers.BASELINE),
+                                                 conv(4.0))}]}
+    results = levers.from_exp_show(exp_show(moved, [base]))
+    default = results["rows"][0]
+    assert default["name"] == "default" and default["rev"] == "mno"
+    assert default["useful_depth"]["value"] == 4.0
+    assert results["defaults"]["train.depth_sigma"] == 0.5  # the base's, not the commit's
 
 
 def test_the_page_and_figure_are_generated_from_the_results(tmp_path):

@@ -10,9 +10,12 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections import namedtuple
 from pathlib import Path
+from types import SimpleNamespace
 
+import psutil
 import pytest
 import torch
 from conftest import BACKBONE
@@ -151,12 +154,20 @@ def test_train_stage_refuses_a_context_typo_before_any_step(tmp_path, monkeypatc
 
 # --- the limit ------------------------------------------------------------------------
 
+def fake_available(monkeypatch, available: int | None) -> None:
+    """Pretend psutil reports `available` bytes (None: it cannot tell)."""
+    def virtual_memory():
+        if available is None:
+            raise OSError("no /proc/meminfo")
+        return SimpleNamespace(total=99 * GIB, available=available)
+    monkeypatch.setattr(memory.psutil, "virtual_memory", virtual_memory)
+    monkeypatch.setattr(memory.sys, "platform", "linux")
+
+
 def fake_proc(monkeypatch, tmp_path, meminfo_kib: int, cgroup: str) -> Path:
-    (tmp_path / "meminfo").write_text(f"MemTotal: 99999999 kB\nMemAvailable: {meminfo_kib} "
-                                      "kB\n")
+    fake_available(monkeypatch, meminfo_kib * 1024)
     (tmp_path / "cgroup").write_text(cgroup)
     root = tmp_path / "sys"
-    monkeypatch.setattr(memory, "PROC_MEMINFO", tmp_path / "meminfo")
     monkeypatch.setattr(memory, "PROC_CGROUP", tmp_path / "cgroup")
     monkeypatch.setattr(memory, "CGROUP_ROOT", root)
     return root
@@ -187,10 +198,27 @@ def test_the_limit_of_a_cgroup_v1(monkeypatch, tmp_path):
     (root / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
     (root / "memory" / "memory.usage_in_bytes").write_text(f"{GIB}\n")
     assert memory.available(CPU).bytes == 2 * GIB
-    monkeypatch.setattr(memory, "PROC_MEMINFO", tmp_path / "none")
+    fake_available(monkeypatch, None)
     monkeypatch.setattr(memory, "PROC_CGROUP", tmp_path / "none")
-    assert memory.available(CPU) is None  # no /proc: nothing to check against
+    assert memory.available(CPU) is None  # neither can be read: nothing to check against
     memory.check_training(default_cell("terminal_normed", context=100_000), CPU)
+
+
+def test_off_linux_the_limit_is_what_psutil_reports(monkeypatch, tmp_path):
+    """macOS has no /proc: psutil's available memory is still a limit (it was none
+    before psutil), named for what it is."""
+    fake_available(monkeypatch, 3 * GIB)
+    monkeypatch.setattr(memory.sys, "platform", "darwin")
+    monkeypatch.setattr(memory, "PROC_CGROUP", tmp_path / "none")
+    limit = memory.available(CPU)
+    assert (limit.bytes, limit.source) == (3 * GIB, "the available memory psutil reports")
+
+
+def test_the_real_limit_is_psutils_available_memory_or_less():
+    """On this machine, unfaked: never more than psutil's available memory (a cgroup
+    can only lower it), and a limit is found wherever psutil works."""
+    limit = memory.available(CPU)
+    assert limit is not None and 0 < limit.bytes <= psutil.virtual_memory().available * 1.1
 
 
 def test_the_default_cells_fit_this_machine():
@@ -240,6 +268,41 @@ def test_the_estimate_is_calibrated_on_a_default_cell():
     low, high = memory.MEASURED_RANGE
     assert low <= ratio <= high, f"{name}: measured {got['growth'] / 2**20:.0f} MiB, " \
                                  f"estimate {got['estimate'] / 2**20:.0f} MiB ({ratio:.2f}x)"
+
+
+# --- a stage's peak memory and time (loopscope.errors.run) ---------------------------
+
+@pytest.mark.parametrize("platform, unit", [("linux", 1024), ("darwin", 1)])
+def test_peak_memory_reads_ru_maxrss_in_the_platforms_unit(monkeypatch, platform, unit):
+    """ru_maxrss is KiB on Linux and bytes on macOS: the same 5 MiB peak either way."""
+    import resource
+    peak = 5 * 2**20
+    reported = {resource.RUSAGE_SELF: peak // unit, resource.RUSAGE_CHILDREN: 7 // unit}
+    monkeypatch.setattr(resource, "getrusage",
+                        lambda who: SimpleNamespace(ru_maxrss=reported[who]))
+    monkeypatch.setattr(errors.sys, "platform", platform)
+    assert errors.peak_memory() == peak
+
+
+def test_process_seconds_counts_from_the_process_start(monkeypatch):
+    """From psutil's start time, to well under a second (not its whole-second boot time
+    on Linux), imports included; perf_counter since `since` where psutil cannot tell."""
+    since = time.perf_counter()
+    seconds = errors.process_seconds(since)
+    wall = time.time() - psutil.Process().create_time()  # up to 1 s late on Linux
+    assert time.perf_counter() - since < seconds  # this process began before `since`
+    assert wall - 1.05 < seconds < wall + 0.05
+    if hasattr(time, "CLOCK_BOOTTIME"):  # Linux: the exact /proc/self/stat reading
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        exact = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        assert seconds == pytest.approx(exact, abs=0.05)
+
+    def unreadable(*args):
+        raise psutil.AccessDenied()
+    monkeypatch.setattr(errors.psutil, "Process", unreadable)
+    before = time.perf_counter()
+    assert before - since <= errors.process_seconds(since) <= time.perf_counter() - since
 
 
 # --- disk -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loopscope import compute
+from loopscope import compute, summary
 from loopscope.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +93,12 @@ def test_repro_writes_report_and_finite_metrics(repo):
     index = (repo / "reports" / "html" / "index.html").read_text()
     assert 'href="blind_spot.html"' in index and 'href="convergence.html"' in index
     assert "Paper B: per-token fixed-point convergence" in index
+    # the summary stage: the results page and README's generated blocks from this run
+    results = (repo / "docs" / "results.md").read_text()
+    assert "| claim | recipe | paper | value | verdict | criterion |" in results
+    readme = (repo / "README.md").read_text()
+    assert summary.block(readme, "verdicts") == summary.verdicts_block(
+        json.loads((repo / "tables" / "claims.json").read_text()))
     # the reports get the run's seeds (provenance) and the backbones' policies (A1's claim)
     for text in (convergence, index):
         assert "42, 43" in text and "no policies metrics" not in text
@@ -178,7 +184,7 @@ def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     # throughput times every cell side by side, so any retrained cell reruns it
     assert ran == {"configure", *(f"{s}@backbone" for s in PER_CELL), "bench_exits",
                    "throughput", "headline", "plots", "claims", "report_blind_spot",
-                   "report_convergence", "report_index"}, out
+                   "report_convergence", "report_index", "summary"}, out
     for cell in CELLS[:-1]:
         assert f"Stage 'train@{cell}' didn't change, skipping" in out
     assert "Stage 'prepare' didn't change, skipping" in out

@@ -1,14 +1,26 @@
 """The long tables behind dvc.yaml's plots: one row per cell and loop, values copied
-from the metrics files, and a clear error naming a missing one."""
+from the metrics files, and a clear error naming a missing one. And the report figures'
+helpers: loops in loop order, a colour per cell, and a check that fails a figure whose
+tick labels overlap."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from matplotlib.figure import Figure
 
 from loopscope import paths
 from loopscope.errors import DataError
-from loopscope.plots import tables
+from loopscope.plots import (
+    TickLabelOverlap,
+    cell_palette,
+    finish,
+    loop_axis,
+    loop_order,
+    overlapping_tick_labels,
+    tables,
+)
 
 
 def write(path, obj):
@@ -58,3 +70,95 @@ def test_a_missing_metrics_file_is_named(workspace):
     with pytest.raises(DataError, match=r"metrics/convergence/b.json: not found; run "
                                         r"`dvc repro convergence@b`"):
         tables(["a", "b"], ["a"])
+
+
+# --- the report figures' helpers ----------------------------------------------------------
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
+
+
+def crowded_log_figure() -> Figure:
+    """KL per loop over loops 2..32 on matplotlib's default log axis, the report's old
+    KL figure: its minor labels 2x10^0, 3x10^0, 4x10^0, ... are drawn over each other."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot(title="successive output distributions")
+    ax.plot([2, 4, 8, 16, 32], [1e-1, 1e-3, 1e-5, 1e-6, 1e-7])
+    ax.set(xscale="log", yscale="log")
+    return fig
+
+
+def test_the_check_catches_a_crowded_log_axis():
+    fig = crowded_log_figure()
+    found = overlapping_tick_labels(fig)
+    where = "'successive output distributions' x axis"
+    assert found and {w for w, _, _ in found} == {where}  # the y axis spans decades: fine
+    assert (where, "3x10^0", "4x10^0") in found
+    with pytest.raises(TickLabelOverlap, match=r"x axis: '3x10\^0' and '4x10\^0'"):
+        finish(fig)
+
+
+def test_loop_axis_fixes_it():
+    fig = crowded_log_figure()
+    loop_axis(fig.axes[0])
+    assert finish(fig) is fig  # no overlap: labels 2, 4, 8, 16, 32
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert {"2", "4", "8", "16", "32"} <= set(labels)
+
+
+def test_the_check_measures_rotated_labels_as_drawn():
+    """Twelve long labels side by side collide; rotated 45 degrees they do not, although
+    their axis-aligned boxes (get_window_extent) still overlap: the check uses the
+    rotated text box, so it neither misses the first nor flags the second."""
+    fig = Figure(figsize=(5, 3))
+    ax = fig.add_subplot()
+    ax.bar(range(12), range(12))
+    ax.set_xticks(range(12), [f"perloop_cell_{i}" for i in range(12)])
+    with pytest.raises(TickLabelOverlap, match="'axes 0' x axis"):
+        finish(fig)
+    ax.tick_params(axis="x", rotation=45)
+    for label in ax.get_xticklabels():
+        label.set(ha="right", rotation_mode="anchor")
+    finish(fig)
+    a, b = (label.get_window_extent() for label in ax.get_xticklabels()[:2])
+    assert a.overlaps(b)  # what an axis-aligned check would have called a collision
+
+
+def test_labels_not_drawn_are_not_checked():
+    """Hidden labels, and labels of ticks outside the view (matplotlib keeps them but
+    does not draw them), cannot collide with anything."""
+    fig = crowded_log_figure()
+    fig.axes[0].xaxis.set_tick_params(which="minor", labelbottom=False)
+    assert overlapping_tick_labels(fig) == []
+    fig = Figure(figsize=(4, 3))
+    ax = fig.add_subplot()
+    ax.set_xticks([0, 5, 10, 10.05], ["0", "5", "10", "10.05"])
+    ax.set_xlim(0, 10)  # after set_xticks, which widens the view to its ticks: 10.05 out
+    assert overlapping_tick_labels(fig) == []
+    ax.set_xlim(0, 10.1)  # now drawn, over "10"
+    assert [(a, b) for _, a, b in overlapping_tick_labels(fig)] == [("10", "10.05")]
+
+
+def test_loop_order_is_numeric_not_lexicographic():
+    loops, values = loop_order({"k1": 1.0, "k10": 10.0, "k11": 11.0, "k2": 2.0, "k9": 9.0})
+    assert loops == [1, 2, 9, 10, 11] and values == [1.0, 2.0, 9.0, 10.0, 11.0]
+
+
+def test_cell_palette_gives_every_cell_its_own_colour():
+    cells = [f"c{i}" for i in range(14)]  # this project's run: 12 paper A cells, 2 backbones
+    palette = cell_palette(cells)
+    assert list(palette) == cells and len(set(palette.values())) == 14
+    assert len(set(cell_palette([f"c{i}" for i in range(20)]).values())) == 20
+    with pytest.raises(ValueError, match="21 cells"):
+        cell_palette([f"c{i}" for i in range(21)])
+
+
+@pytest.mark.parametrize("name", ["blind_spot", "convergence", "index"])
+def test_every_report_figure_is_finished(name):
+    """Every notebook cell that makes a figure passes it to plots.finish (layout and the
+    tick label check), so no figure reaches a report unchecked."""
+    nb = json.loads((REPORTS / f"{name}.ipynb").read_text())
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "plt.subplots(" in source:
+            assert "finish(fig)" in source, source[:200]
+            assert "plt.tight_layout()" not in source, source[:200]

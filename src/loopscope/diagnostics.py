@@ -300,7 +300,7 @@ def summarize(m: Measured) -> dict[str, dict[str, float]]:
     step on the scale (a figure, not a verdict); and Lemma 2 over the depth sweep.
 
     Keys are flat and named by loop (e.g. norm_mean.k4, ppl_at_depth.k1) so
-    `dvc metrics show` and `dvc exp show` list them as columns; README lists them all.
+    `dvc metrics show` and `dvc exp show` list them as columns; docs/outputs.md lists them all.
     """
     t = m.tokens
     k_train = len(m.radial_batch)

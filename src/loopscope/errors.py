@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 
 class LoopscopeError(RuntimeError):
     """An error whose message already says what went wrong and what to do."""
@@ -141,27 +143,37 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 def peak_memory() -> int:
     """Peak resident memory in bytes of this process or any child it waited for (a
-    report's notebook kernel), whichever is larger (Linux reports ru_maxrss in KiB)."""
+    report's notebook kernel), whichever is larger. ru_maxrss is in KiB on Linux (and
+    the BSDs) but in bytes on macOS, so the unit follows the platform."""
     import resource  # POSIX only, so imported where it is used
-    return 1024 * max(resource.getrusage(who).ru_maxrss
+    unit = 1 if sys.platform == "darwin" else 1024
+    return unit * max(resource.getrusage(who).ru_maxrss
                       for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 def process_seconds(since: float) -> float:
-    """Seconds since this process started (imports included; Linux's /proc), else
-    since the perf_counter reading `since`."""
+    """Seconds since this process started (imports included), from psutil's process
+    start time; else (psutil cannot read it) since the perf_counter reading `since`.
+
+    On Linux psutil's create_time is boot time + the start's clock ticks, and the boot
+    time (/proc/stat btime) has whole seconds only, so time.time() - create_time can be
+    a second off; there create_time - boot_time (the exact ticks since boot) is taken
+    from CLOCK_BOOTTIME, the clock those ticks count on. Elsewhere (macOS) the start time
+    is exact to the microsecond and is taken from the wall clock.
+    """
     try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
+        start = psutil.Process().create_time()
+        if hasattr(time, "CLOCK_BOOTTIME"):  # Linux
+            return time.clock_gettime(time.CLOCK_BOOTTIME) - (start - psutil.boot_time())
+        return time.time() - start
+    except (OSError, RuntimeError, psutil.Error):
         return time.perf_counter() - since
 
 
 def run(main: Callable[[], None]) -> None:
     """Run a stage's main; print expected errors as one clear line and exit 1. On
-    success, end with the stage's wall time and peak memory, the figures README's
-    stage table is measured from."""
+    success, end with the stage's wall time and peak memory: what a stage costs, read
+    off any run's log."""
     start = time.perf_counter()
     try:
         main()

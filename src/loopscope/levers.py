@@ -13,10 +13,14 @@ RUNTIME times the exit runtime (bench_exits) on one deeper backbone.
     python -m loopscope.levers queue [NAME]  # queue every experiment (dvc exp run --queue)
     dvc exp run --run-all                    # run them one after another
     python -m loopscope.levers collect [REV] # docs/depth/: results.json, the table, figure
+    python -m loopscope.levers render        # the figure and page again from results.json
     python -m loopscope.levers command NAME  # the command that reruns one point here
     python -m loopscope.levers check NAME    # after it: does it agree with results.json?
 
-`make depth` does the first three. The results are read from `dvc exp show --json`,
+`make depth` does the first three. Every experiment, `default` included, varies the
+search's own base recipe (SEARCH_BASE: paper B's sampler sigma 0.5), not whatever
+params.yaml's backbone is now, so a point reruns to the same recipe on any later commit.
+The results are read from `dvc exp show --json`,
 so they are what the experiments measured; results.json records the commit they were
 queued on. Every statistic is metrics/convergence/backbone.json's (intervals resample
 documents): useful depth (smallest depth within convergence.tolerance of the best CE,
@@ -28,8 +32,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import platform
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from loopscope import paths
 from loopscope.claims import REGIME, Interval
 from loopscope.errors import DataError, LoopscopeError, ParamsError, atomic_output, run, write_json
 from loopscope.params import parse_params, resolve_cell
+from loopscope.summary import machine, markdown_table, runtime_rows
 
 CELL = "backbone"  # the cell every experiment retrains
 TARGET = f"convergence@{CELL}"  # dvc exp run reproduces this stage and its upstream only
@@ -54,6 +57,10 @@ AGREE_LOOPS = 1
 AGREE_NATS = 0.02
 TREND = "training tokens"
 DEFAULT = "default recipe"
+# The recipe the search varies: the backbone cell with paper B's sampler width. The
+# pipeline's backbone has since moved to sigma 0.1 (this search's finding); the
+# experiments keep 0.5 so their points stay comparable with each other and rerunnable.
+SEARCH_BASE: tuple[str, ...] = ("train.depth_sigma=0.5",)
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,14 @@ class Experiment:
     target: str = TARGET  # the stage dvc exp run reproduces (with its upstream)
     series: str = DEFAULT  # the recipe: points of one series differ in tokens alone
 
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """SEARCH_BASE where the experiment does not set that key itself, then its own."""
+        own = {o.split("=", 1)[0] for o in self.overrides}
+        return tuple(o for o in SEARCH_BASE if o.split("=", 1)[0] not in own) + self.overrides
+
     def command(self, queue: bool = True) -> list[str]:
-        sets = [a for o in self.overrides for a in ("-S", f"++cells.{CELL}.{o}")]
+        sets = [a for o in self.sets for a in ("-S", f"++cells.{CELL}.{o}")]
         return (["dvc", "exp", "run"] + (["--queue", "-n", self.name] if queue else [])
                 + [self.target] + sets)
 
@@ -110,8 +123,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 # depth R, where a backbone needs more of its depth.
 RUNTIME = Experiment("runtime-sigma025", f"the exit runtime, {SIGMA025}",
                      ("train.depth_sigma=0.25",), target="bench_exits")
-BY_NAME = {e.name: e for e in (*EXPERIMENTS, RUNTIME)}
-BASELINE = Experiment("default", DEFAULT, ())  # the commit's own run
+BASELINE = Experiment("default", DEFAULT, ())  # SEARCH_BASE alone, at the default's tokens
+BY_NAME = {e.name: e for e in (BASELINE, *EXPERIMENTS, RUNTIME)}
 
 
 def dvc(args: list[str]) -> list[str]:
@@ -129,7 +142,7 @@ def experiment(name: str) -> Experiment:
 def with_overrides(raw: dict[str, Any], e: Experiment) -> dict[str, Any]:
     """params.yaml's raw mapping with the experiment's overrides applied (a copy)."""
     out = copy.deepcopy(raw)
-    for o in e.overrides:
+    for o in e.sets:
         key, value = o.split("=", 1)
         node = out["cells"][CELL]
         *parents, leaf = key.split(".")
@@ -167,6 +180,7 @@ def point(e: Experiment, params_raw: dict[str, Any], conv: dict[str, Any],
         "elasticity": conv["elasticity"]["gain"],
         "tail": conv["convergence"]["share_after_reference"],
         "best_ce": min(ce), "ce_at_r": ce[r - 1],
+        "tolerance": conv["saturation"]["tolerance"],
         "train_seconds": None if timing is None else timing["train_seconds"]}
 
 
@@ -196,17 +210,36 @@ def _finished(base: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], se
     return runs, states
 
 
+def is_base(raw: dict[str, Any]) -> bool:
+    """Are these params' backbone the search's base recipe (BASELINE's)?"""
+    return (resolve_cell(parse_params(raw), CELL)
+            == resolve_cell(parse_params(with_overrides(raw, BASELINE)), CELL))
+
+
+def _baseline(base: dict[str, Any]) -> dict[str, Any]:
+    """The `default` row: its newest finished experiment, or the commit's own run where
+    the commit's backbone is the base recipe (as it was when the search began)."""
+    runs, _ = _finished(base, BASELINE.name)
+    found = [x for r in runs if (x := _row(BASELINE, r["data"], r["rev"])) is not None]
+    raw = ((base["data"].get("params") or {}).get("params.yaml") or {}).get("data")
+    if not found and raw is not None and is_base(raw):
+        found = [x] if (x := _row(BASELINE, base["data"], base["rev"])) else []
+    if not found:
+        raise DataError(f"no finished `{BASELINE.name}` experiment on this commit (and its "
+                        f"own backbone is not the base recipe {', '.join(SEARCH_BASE)}); run "
+                        f"`python -m loopscope.levers queue {BASELINE.name}` and "
+                        "`dvc exp run --run-all` first.")
+    return found[0]
+
+
 def from_exp_show(show: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json from `dvc exp show --json`: the baseline commit (the default recipe),
-    the newest finished run of every experiment in EXPERIMENTS queued on it, and the
-    exit runtime's (RUNTIME) benchmark."""
+    """results.json from `dvc exp show --json`: the base recipe (BASELINE), the newest
+    finished run of every experiment in EXPERIMENTS queued on the commit, and the exit
+    runtime's (RUNTIME) benchmark."""
     base = next((b for b in show if b.get("rev") != "workspace"), None)
     if base is None or not base.get("data"):
         raise DataError("`dvc exp show --json` lists no commit; run from the repository.")
-    default = _row(BASELINE, base["data"], base["rev"])
-    if default is None:
-        raise DataError(f"the commit has no metrics/convergence/{CELL}.json; run "
-                        f"`dvc repro {TARGET}` first.")
+    default = _baseline(base)
     rows, missing, failed = [default], [], []
     runtime: dict[str, Any] | None = None
     for e in (*EXPERIMENTS, RUNTIME):
@@ -220,27 +253,15 @@ def from_exp_show(show: list[dict[str, Any]]) -> dict[str, Any]:
             rows += found[:1]
         if not found:
             (failed if "failed" in states else missing).append(e.name)
-    conv = _metric(base["data"], f"metrics/convergence/{CELL}.json")  # default's: present
     return {"baseline": base["rev"], "cell": CELL, "rows": rows, "missing": missing,
             "runtime": None if runtime is None else runtime_rows(runtime),
             "runtime_depths": None if runtime is None else {
                 k: runtime[k] for k in ("reference_depth", "matched_depth", "baseline_depth")},
             "failed": failed,
             "regime": REGIME, "command": "make depth",
-            "tolerance": conv["saturation"]["tolerance"],
-            "defaults": defaults(base["data"]["params"]["params.yaml"]["data"])}
-
-
-def runtime_rows(bench: dict[str, Any]) -> list[dict[str, Any]]:
-    """metrics/bench/exits.json as rows: each mode and policy's realized speedup against
-    the baseline (the smallest uniform depth matching depth R) and against depth R."""
-    base = bench["baseline_depth"]
-    return [{"mode": mode, "policy": p, "mean loops": f"{b['mean_loops'][p]:.2f}",
-             f"realized vs depth {base}": f"{b['realized'][p]:.2f}x",
-             f"FLOP speedup vs depth {base}": f"{b['flop_speedup'][p]:.2f}x",
-             "realized vs depth R": f"{b['realized_vs_r'][p]:.2f}x"}
-            for mode in ("scoring", "generation_batch1", "generation_batched")
-            if (b := bench.get(mode)) for p in b["realized"]]
+            "tolerance": default["tolerance"], "search_base": list(SEARCH_BASE),
+            "defaults": defaults(with_overrides(base["data"]["params"]["params.yaml"]["data"],
+                                                BASELINE))}
 
 
 def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -261,13 +282,6 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _pct(iv: Interval) -> str:
     return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _draw(ax: Any, pts: list[dict[str, Any]], key: str, per_r: bool, **style: Any) -> None:
@@ -329,7 +343,7 @@ def figure(results: dict[str, Any], path: Path) -> None:
 
 
 def defaults(raw: dict[str, Any]) -> dict[str, float]:
-    """The default recipe's value on every lever axis ("model.n_core": 2.0)."""
+    """These params' backbone's value on every lever axis ("model.n_core": 2.0)."""
     cell = resolve_cell(parse_params(raw), CELL)
     return {e.axis: float(getattr(getattr(cell, e.axis.split(".")[0]), e.axis.split(".")[1]))
             for e in EXPERIMENTS if e.axis != TREND}
@@ -338,6 +352,7 @@ def defaults(raw: dict[str, Any]) -> dict[str, float]:
 def page(results: dict[str, Any]) -> str:
     """docs/depth.md, every number from results.json."""
     rows = results["rows"]
+    base = ", ".join(f"`{o}`" for o in results.get("search_base") or SEARCH_BASE)
     total = sum(r["train_seconds"] or 0 for r in rows[1:])
     trend = sorted((r for r in rows if r["series"] == DEFAULT), key=lambda r: r["tokens"])
     span = trend[-1]["tokens"] / trend[0]["tokens"] if trend else 0
@@ -352,7 +367,7 @@ def page(results: dict[str, Any]) -> str:
 ## The exit runtime on a deeper backbone
 
 `{RUNTIME.name}`: `bench_exits` on the backbone with `{' '.join(RUNTIME.overrides)}`
-(the default recipe otherwise), R = {d['reference_depth']}; the smallest uniform depth
+(the base recipe otherwise), R = {d['reference_depth']}; the smallest uniform depth
 matching depth R's quality is {d['matched_depth']}, so the baseline a per-token policy
 has to beat is depth {d['baseline_depth']}. Realized: the baseline's time over the
 policy's, measured side by side on this machine.
@@ -371,8 +386,9 @@ useful depth (the smallest uniform depth within {results['tolerance']:g} nats of
 best CE over depths 1..4R), its elasticity (CE(1) - CE(R)) and its tail (the share of
 tokens still changing after R), each with its 95% interval (document resamples). Each
 row is one `dvc exp` experiment on the `{CELL}` cell, queued on commit
-`{results['baseline'][:7]}`; `default` is that commit's own run. Paper B's regime, as
-the claims read it: useful depth at least {results['regime']:g} R.
+`{results['baseline'][:7]}`. Every experiment changes one lever of the search's base
+recipe, `default`: the backbone cell with {base}. Paper B's regime, as the claims read
+it: useful depth at least {results['regime']:g} R.
 
 Reproduce: `make depth` (queues every experiment, runs them, rewrites this page); the
 experiments here trained for {total / 60:.0f} minutes on {results['machine']}. One point:
@@ -400,15 +416,16 @@ def collect(rev: str | None = None) -> dict[str, Any]:
     results["machine"] = machine()
     write_json(RESULTS, results)
     results = json.loads(RESULTS.read_text())  # the page is what the committed file renders
-    figure(results, FIGURE)
-    with atomic_output(PAGE) as tmp:
-        tmp.write_text(page(results))
+    render(results)
     return results
 
 
-def machine() -> str:
-    """The machine the experiments trained on, for the page's cost line."""
-    return f"{platform.machine()}, {os.cpu_count()} CPU cores"
+def render(results: dict[str, Any]) -> None:
+    """The figure and docs/depth.md from results.json (`levers render`: after the page's
+    wording changed, without rerunning `dvc exp show`)."""
+    figure(results, FIGURE)
+    with atomic_output(PAGE) as tmp:
+        tmp.write_text(page(results))
 
 
 def check(name: str, conv: dict[str, Any], results: dict[str, Any]) -> list[str]:
@@ -431,8 +448,8 @@ def _check_workspace(name: str) -> None:
     """The workspace params are the experiment's: otherwise the comparison means nothing."""
     raw = yaml.safe_load(paths.PARAMS.read_text())
     cell = resolve_cell(parse_params(raw), CELL)
-    e = experiment(name) if name != "default" else None
-    for o in e.overrides if e else ():
+    e = experiment(name)
+    for o in e.sets:
         key, value = o.split("=", 1)
         section, leaf = key.split(".")
         if getattr(getattr(cell, section), leaf) != yaml.safe_load(value):
@@ -448,6 +465,9 @@ def main(argv: list[str]) -> None:
         for e in chosen:
             subprocess.run(dvc(e.command()[1:]), check=True)
         print(f"queued {len(chosen)} experiments; run them: dvc exp run --run-all")
+    elif what == "render" and len(argv) == 1:
+        render(json.loads(RESULTS.read_text()))
+        print(f"wrote {FIGURE}, {PAGE} from {RESULTS}")
     elif what == "collect" and len(argv) <= 2:
         results = collect(argv[1] if len(argv) == 2 else None)
         print(markdown_table(table_rows(results)))
@@ -464,7 +484,7 @@ def main(argv: list[str]) -> None:
               f"loop, elasticity within {AGREE_NATS} nats)")
     else:
         raise LoopscopeError("usage: python -m loopscope.levers queue [NAME ...] | collect [REV] | "
-                             "command NAME | check NAME")
+                             "render | command NAME | check NAME")
 
 
 if __name__ == "__main__":

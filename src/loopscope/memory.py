@@ -50,10 +50,11 @@ Forward only (extract, diagnose, clamp: no graph, one batch at a time):
     attention = tokens * 5 * n_heads * context * act_bytes / 2   (math attention only)
     logits    = tokens * vocab * (act_bytes + 4), when the stage reads states out
 
-The check: on the CPU, the limit is the smaller of MemAvailable (/proc/meminfo) and the
-room left in the process's cgroup (v2 memory.max - memory.current, v1
-memory.limit_in_bytes - memory.usage_in_bytes, less reclaimable page cache), for all
-processes training on this machine together; on CUDA, the device's total memory, per
+The check: on the CPU, the limit is the smaller of the available memory psutil reports
+(MemAvailable of /proc/meminfo on Linux) and the room left in the process's cgroup (v2
+memory.max - memory.current, v1 memory.limit_in_bytes - memory.usage_in_bytes, less
+reclaimable page cache; psutil knows no container limits), for all processes training
+on this machine together; on CUDA, the device's total memory, per
 process. A run whose floor is above USABLE of the limit is refused; one whose total
 alone is above it gets a note and runs (it fits if attention is fused).
 """
@@ -63,10 +64,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import psutil
 import torch
 
 from loopscope import compute
@@ -82,7 +85,6 @@ BLOCK_BYTES = 34  # pre-norm block, GELU MLP: bytes per token and unit of d at 1
 SANDWICH_BYTES = 8  # two more RMSNorm inputs
 SWIGLU_BYTES = 16  # the gate's output and the gated product, each 4d
 ADAPTER_BYTES = 4  # the concat adapter's input [h, e], 2d, once per loop kept
-PROC_MEMINFO = Path("/proc/meminfo")
 PROC_CGROUP = Path("/proc/self/cgroup")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NO_LIMIT = 1 << 60  # cgroup v1 writes ~2^63 for "no limit"
@@ -260,27 +262,29 @@ def cgroup_room() -> tuple[int, Path] | None:
 
 
 def mem_available() -> int | None:
-    """MemAvailable of /proc/meminfo in bytes (None where there is no such file)."""
+    """The bytes the OS can give without swapping, from psutil: MemAvailable of
+    /proc/meminfo on Linux (psutil estimates it on kernels without the field), the free
+    and reclaimable pages elsewhere (macOS), so the check runs off Linux as well. None
+    where psutil cannot tell (an unsupported platform, an unreadable /proc)."""
     try:
-        for line in PROC_MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError, NotImplementedError, psutil.Error):
+        return None
 
 
 def available(device: torch.device) -> Limit | None:
     """What a process on `device` can use: the device's total memory on CUDA; on the
-    CPU the smaller of MemAvailable and the room in its cgroup. None: unknown (no
-    /proc, as on macOS), and then nothing is checked."""
+    CPU the smaller of the OS's available memory (mem_available) and the room in its
+    cgroup. None: unknown (neither can be read), and then nothing is checked."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return Limit(props.total_memory, f"the total memory of {device} ({props.name})")
     options = []
     free = mem_available()
     if free is not None:
-        options.append(Limit(free, "MemAvailable in /proc/meminfo"))
+        options.append(Limit(free, "MemAvailable in /proc/meminfo"
+                             if sys.platform.startswith("linux")
+                             else "the available memory psutil reports"))
     room = cgroup_room()
     if room is not None:
         options.append(Limit(room[0], f"the room left under the memory limit of the "

@@ -1,18 +1,25 @@
-"""Reports: papermill executes a notebook template, nbconvert writes HTML; and the
-helpers the notebooks share."""
+"""Reports: papermill executes a notebook template, nbconvert writes a self-contained
+HTML page (titled, nothing loaded from another site); the helpers the notebooks share;
+and `python -m loopscope.report screenshots` (make screenshots), which renders the pages
+to PNG in headless Chromium."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import nbformat
+import numpy as np
 import pandas as pd
 import papermill as pm
 import torch
@@ -28,6 +35,19 @@ from loopscope.errors import atomic_write_bytes, require_output
 # Every verdict of both papers, as data: written by the claims stage, rendered by the
 # reports (and kept per experiment, so runs with other seeds compare claim by claim).
 CLAIMS = paths.TABLES / "claims.json"
+
+# nbconvert's `lab` page with every block that loads a script from a CDN emptied:
+# require.js (only widgets and old-style JS outputs need it; the reports have neither),
+# MathJax (the reports write no LaTeX), mermaid.js (imported on demand from a CDN) and
+# the widget manager. The reports then read the same offline as online, and opening one
+# contacts no third party. Kept here, not in a template file, so that the report
+# stages, which depend on this module, rerun when it changes.
+OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
 
 
 def cell_group(cell: CellConfig) -> str:
@@ -152,14 +172,46 @@ def provenance(seeds: list[int]) -> dict[str, str]:
             "date": datetime.date.today().isoformat()}
 
 
+def page_title(nb: nbformat.NotebookNode) -> str:
+    """The HTML page's title: the notebook's `title` metadata, else its first level-1
+    markdown heading, as plain text.
+
+    nbconvert falls back to the notebook's file name, and for a notebook exported from
+    memory to "Notebook": every report's browser tab, bookmark and history entry then
+    read "Notebook". The heading is what the page says it is, so the title cannot drift
+    from it."""
+    if nb.metadata.get("title"):
+        return str(nb.metadata["title"])
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            if line.startswith("# "):
+                text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", line[2:])  # [text](url) -> text
+                return re.sub(r"[*`]", "", text).strip()
+    raise ValueError("the report has no title: give its first markdown cell a '# heading' "
+                     "(or set the notebook's metadata 'title').")
+
+
+def export_html(nb: nbformat.NotebookNode) -> str:
+    """nb as a self-contained HTML page: code and prompts hidden, titled by page_title,
+    and no script or stylesheet fetched from another site (OFFLINE_TEMPLATE); figures
+    are inline PNGs already."""
+    exporter = HTMLExporter(raw_template=OFFLINE_TEMPLATE, exclude_input=True,
+                            exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": page_title(nb)}})
+    return body
+
+
 def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s: int) -> None:
-    """Execute template with parameters and write the HTML (code hidden) atomically.
+    """Execute template with parameters and write the HTML (export_html) atomically.
 
     A failing notebook cell raises papermill's PapermillExecutionError and no HTML is
     written, so a broken report is never cached as a good one.
     """
     if not template.is_file():
         raise FileNotFoundError(f"{template}: report template not found.")
+    page_title(nbformat.read(template, as_version=4))  # a missing title fails before running
     # The kernel inherits our environment; a non-inline MPLBACKEND would drop every figure.
     os.environ.pop("MPLBACKEND", None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,8 +228,77 @@ def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s
                             kernel_name="python3", cwd=os.getcwd(), progress_bar=False,
                             execution_timeout=timeout_s, kernel_manager_class=LocalKernel)
         nb = nbformat.read(executed, as_version=4)
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True,
-                            exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nb)
+    body = export_html(nb)
     html_out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(html_out, body.encode())
+
+
+# Screenshots: `make screenshots` renders each reports/html page in headless Chromium, to
+# look at a run's reports as a reader will without opening a browser.
+SCREENSHOT_WIDTH = 1400  # px: the reports' widest figures (about 1300 px) fit unscaled
+# The viewport is this tall, then the blank rows below the page are cut off: headless
+# Chromium's --screenshot captures the viewport, not the page, and has no full-page
+# option. 20000 px holds the longest report with room to spare (convergence: ~10000).
+SCREENSHOT_MAX_HEIGHT = 20000
+CHROMIUM_PACKAGE = "chromium"  # Debian's package, and the command it installs
+
+
+def screenshot(page: Path, png: Path, width: int = SCREENSHOT_WIDTH,
+               max_height: int = SCREENSHOT_MAX_HEIGHT) -> int:
+    """Write a full-page PNG of an HTML page; returns its height in px.
+
+    Chromium runs headless, offline (every host name resolves to nothing: the PNG shows
+    the page as a reader without network sees it), with its own throwaway profile. A
+    page taller than max_height raises, rather than being cut silently."""
+    from PIL import Image  # matplotlib's dependency; only screenshots need it
+
+    browser = shutil.which(CHROMIUM_PACKAGE)
+    if browser is None:
+        raise FileNotFoundError(f"screenshots need headless Chromium: apt-get install -y "
+                                f"{CHROMIUM_PACKAGE} (Debian's package)")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    png.unlink(missing_ok=True)  # a PNG left by an earlier run must not pass for this one
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               "--force-device-scale-factor=1", "--host-resolver-rules=MAP * ~NOTFOUND",
+               f"--user-data-dir={profile}", f"--window-size={width},{max_height}",
+               f"--screenshot={png.resolve()}", page.resolve().as_uri()]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 or not png.is_file():
+        raise RuntimeError(f"{browser} failed on {page} ({done.returncode}): "
+                           f"{done.stderr.strip()[-2000:]}")
+    with Image.open(png) as im:
+        rgb = np.asarray(im.convert("RGB"))
+    # the last row that differs from the page's background (the bottom-left pixel)
+    drawn = np.nonzero((rgb != rgb[-1, 0]).any(axis=(1, 2)))[0]
+    bottom = int(drawn[-1]) if len(drawn) else 0
+    if bottom >= rgb.shape[0] - 1:
+        raise ValueError(f"{page} is taller than {max_height} px: raise the height "
+                         "(make screenshots SCREENSHOT_HEIGHT=...)")
+    height = min(rgb.shape[0], bottom + 24)  # keep a margin below the page's last line
+    Image.fromarray(rgb[:height]).save(png)
+    return height
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m loopscope.report screenshots [HTML_DIR] [PNG_DIR]`: one PNG per page."""
+    parser = argparse.ArgumentParser(prog="python -m loopscope.report")
+    parser.add_argument("command", choices=["screenshots"])
+    parser.add_argument("html_dir", nargs="?", type=Path, default=paths.REPORTS_HTML)
+    parser.add_argument("png_dir", nargs="?", type=Path,
+                        default=paths.REPORTS / "screenshots")
+    parser.add_argument("--width", type=int, default=SCREENSHOT_WIDTH)
+    parser.add_argument("--height", type=int, default=SCREENSHOT_MAX_HEIGHT,
+                        help="the tallest page the viewport holds (px)")
+    args = parser.parse_args(argv)
+    pages = sorted(args.html_dir.glob("*.html"))
+    if not pages:
+        sys.exit(f"no *.html in {args.html_dir}: render the reports first (dvc repro)")
+    for page in pages:
+        png = args.png_dir / f"{page.stem}.png"
+        height = screenshot(page, png, args.width, args.height)
+        print(f"{png}: {args.width} x {height} px")
+
+
+if __name__ == "__main__":
+    main()

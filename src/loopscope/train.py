@@ -243,8 +243,8 @@ def forward_loss(forward: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loo
 def compiled(forward: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
     """torch.compile(forward) where train.compile asks for it, specialized to each depth
     (dynamic=False): a sampled depth otherwise becomes a symbolic loop count, which the
-    truncated-backprop schedule cannot branch on. Off by default (README, The training
-    benchmark): on the CPU it does not win back its compile time within a cell."""
+    truncated-backprop schedule cannot branch on. Off by default (docs/benchmarks.md, the
+    training benchmark): on the CPU it does not win back its compile time within a cell."""
     return torch.compile(forward, dynamic=False) if cfg.compile else forward
 
 
