@@ -430,6 +430,11 @@ def test_no_verdict_rests_on_fewer_than_ten_units():
     assert effect(few, +1) == "inconclusive" and negligible(few, 5.0) == "inconclusive"
     assert at_least(few, 0.5) == "inconclusive" and effect(dataclasses.replace(
         few, units=FEWEST_UNITS), +1) == "holds"
+    # paper B's elasticity too, though it combines several intervals itself
+    c = conv()
+    assert paper_b_claims({"b": c}, {}, "b", None)[0].verdict == "holds"
+    c["elasticity"]["half_gain"]["units"] = 2
+    assert paper_b_claims({"b": c}, {}, "b", None)[0].verdict == "inconclusive"
     # the same constructed cells, their 20 documents merged into 2: nothing is decided
     cells = paper_a_cells()
     for c in cells.values():

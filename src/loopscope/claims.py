@@ -312,8 +312,10 @@ def elasticity(b: Backbone) -> Claim:
     margin, half = e["margin"], Interval.of(e["half_gain"])
     steps = {int(k[1:]): Interval.of(v) for k, v in e["steps"].items()}
     worst = max(steps, key=lambda k: steps[k].value) if steps else None
-    if any(s.lo > margin for s in steps.values()) or half.hi < margin:
-        verdict: Verdict = "contradicted"
+    if half.too_few_units or any(s.too_few_units for s in steps.values()):
+        verdict: Verdict = "inconclusive"  # as every rule under @decides
+    elif any(s.lo > margin for s in steps.values()) or half.hi < margin:
+        verdict = "contradicted"
     elif all(s.hi <= margin for s in steps.values()) and half.lo > margin:
         verdict = "holds"
     else:

@@ -50,6 +50,16 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 """
 
 
+def table_display() -> None:
+    """pandas' table display for the reports: 4 significant decimals rather than 6, and
+    "-" where a value does not apply (a paper A cell has no A1 exit, say) instead of
+    "nan". Called by every report before its first table."""
+    pd.set_option("display.precision", 4)
+    pd.set_option("styler.format.precision", 4)
+    pd.set_option("styler.format.na_rep", "-")
+    pd.set_option("display.float_format", lambda v: "-" if v != v else f"{v:.4g}")
+
+
 def cell_group(cell: CellConfig) -> str:
     """Which group of paper A's comparisons a cell belongs to: the normed baseline, a
     scale-controlled variant (raw readout, norm penalty or inter-loop norm), final-norm
