@@ -13,6 +13,7 @@ from loopscope.params import parse_params, resolve_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = yaml.safe_load((ROOT / "params.yaml").read_text())
+BASE_RAW = levers.with_overrides(RAW, levers.BASELINE)  # a commit that trains the base recipe
 
 
 def test_every_experiment_is_a_valid_backbone_that_differs_from_the_base_recipe():
@@ -70,16 +71,16 @@ def rev(raw, c, seconds=100.0, timestamp="2026-12-02T01:00:00"):
                             {"data": {"train_seconds": seconds}}}}
 
 
-def exp_show(commit_raw=RAW, extra=()):
+def exp_show(commit_raw=BASE_RAW, extra=()):
     """`dvc exp show --json`'s shape: the commit, one finished and one running run."""
     e = levers.experiment("trend-steps-180")
     done = {"name": e.name, "executor": {"state": "success"},
             "revs": [{"rev": "abc", "data": rev(levers.with_overrides(RAW, e), conv(5.0))}]}
     running = {"name": "lever-core1", "executor": {"state": "running"},
-               "revs": [{"rev": "def", "data": rev(RAW, conv(7.0))}]}  # baseline's files
+               "revs": [{"rev": "def", "data": rev(commit_raw, conv(7.0))}]}  # baseline's files
     failed = {"name": "lever-width64", "executor": {"state": "failed"},
-              "revs": [{"rev": "ghi", "data": rev(RAW, conv(7.0)), "error": None}]}
-    timed = rev(RAW, conv())
+              "revs": [{"rev": "ghi", "data": rev(commit_raw, conv(7.0)), "error": None}]}
+    timed = rev(commit_raw, conv())
     timed["metrics"]["metrics/bench/exits.json"] = {"data": BENCH}
     runtime = {"name": levers.RUNTIME.name, "executor": None,
                "revs": [{"rev": "jkl", "data": timed}]}
