@@ -37,7 +37,14 @@ from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.text import Text
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogFormatterSciNotation,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+)
 
 from loopscope import paths
 from loopscope.errors import require_output
@@ -195,6 +202,48 @@ def _shown(label: Text) -> str:
     return re.sub(r"\^\{([^}]*)\}", r"^\1", inner.group(1).replace("\\times", "x"))
 
 
+def _axis_overlaps(axis: Axis, tolerance_px: float) -> list[tuple[Text, Text]]:
+    """The pairs of visible tick labels of one axis whose rendered text boxes overlap
+    (the figure drawn already)."""
+    labels = _visible_tick_labels(axis)
+    boxes = [_label_corners(label) for label in labels]
+    return [(labels[j], labels[k]) for j in range(len(labels))
+            for k in range(j + 1, len(labels))
+            if _boxes_overlap(boxes[j], boxes[k], tolerance_px)]
+
+
+def thin_tick_labels(fig: Figure, tolerance_px: float = 0.5) -> None:
+    """Where the automatic ticks of an axis get labels that overlap, use fewer ticks.
+
+    Which axes crowd depends on the data, not on the report's code: matplotlib labels
+    the minor ticks of a log axis that spans about a decade or less (4x10^-1,
+    6x10^-1, ...), and a linear axis of large numbers (tokens/s of a small run) gets
+    long labels at its usual spacing. A log axis then labels its decades only, or 1, 2
+    and 5 of each where it spans less than two; a linear one halves its ticks until they
+    fit. Ticks a report placed itself (categories, loop_axis) are left as they are, for
+    check_tick_labels to report."""
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if not _axis_overlaps(axis, tolerance_px):
+                continue
+            if axis.get_scale() == "log":
+                axis.set_minor_formatter(NullFormatter())
+                lo, hi = sorted(axis.get_view_interval())
+                if lo > 0 and math.log10(hi / lo) < 2:
+                    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                    axis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+                fig.draw_without_rendering()
+                continue
+            if not isinstance(axis.get_major_locator(), MaxNLocator):
+                continue
+            n = len(_visible_tick_labels(axis))
+            while n > 2 and _axis_overlaps(axis, tolerance_px):
+                n = max(2, n // 2)
+                axis.set_major_locator(MaxNLocator(nbins=n, steps=[1, 2, 2.5, 5, 10]))
+                fig.draw_without_rendering()
+
+
 def overlapping_tick_labels(fig: Figure, tolerance_px: float = 0.5
                             ) -> list[tuple[str, str, str]]:
     """Every pair of visible tick labels on one axis of fig whose rendered text boxes
@@ -207,13 +256,8 @@ def overlapping_tick_labels(fig: Figure, tolerance_px: float = 0.5
     for i, ax in enumerate(fig.axes):
         name = ax.get_title() or ax.get_label() or f"axes {i}"
         for letter, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-            labels = _visible_tick_labels(axis)
-            boxes = [_label_corners(label) for label in labels]
-            for j in range(len(labels)):
-                for k in range(j + 1, len(labels)):
-                    if _boxes_overlap(boxes[j], boxes[k], tolerance_px):
-                        found.append((f"{name!r} {letter} axis", _shown(labels[j]),
-                                      _shown(labels[k])))
+            found += [(f"{name!r} {letter} axis", _shown(a), _shown(b))
+                      for a, b in _axis_overlaps(axis, tolerance_px)]
     return found
 
 
@@ -232,8 +276,9 @@ def check_tick_labels(fig: Figure) -> None:
 
 def finish(fig: Figure, layout: bool = True) -> Figure:
     """The last step of every report figure: tight layout (legends placed outside the
-    axes included), then check_tick_labels. Returns fig, for plt.show()."""
+    axes included), thin_tick_labels, then check_tick_labels. Returns fig, for plt.show()."""
     if layout:
         fig.tight_layout()
+    thin_tick_labels(fig)
     check_tick_labels(fig)
     return fig
