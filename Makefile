@@ -1,6 +1,13 @@
 # loopscope: two commands do all set-up on a fresh machine.
-#   make repro   venv + pinned deps + corpus (params.yaml's data:) + `dvc repro` -> reports/html/*.html
-#   make test    venv + pinned deps + pytest (two workers; one test file per worker at a time)
+#   make repro   venv + pinned deps + corpus (params.yaml's data:) + the cost estimate
+#                (loopscope.plan --brief) + `dvc repro` -> reports/html/*.html
+#   make test    venv + pinned deps + pytest: the fast tests (all but those marked slow),
+#                on two workers, one test at a time
+#   make test-slow   the slow tests only (the micro `dvc repro`, its experiments and queue,
+#                the reliability runs through DVC, the torchrun launches), on two
+#                workers, one test file per worker at a time (they share fixtures)
+#   make test-all    every test, fast and slow, as test-slow runs them
+#                (CI, .ci/run: make test, then make test-slow)
 #   make setup   venv + pinned deps only (e.g. before `dvc pull`)
 #   make depth   paper B's depth-use search (loopscope.levers): queue its `dvc exp` runs,
 #                run them one after another, write docs/depth.md from their results
@@ -16,7 +23,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup repro test lint data depth screenshots clean-venv
+.PHONY: setup repro test test-slow test-all lint data depth screenshots clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,7 +35,10 @@ setup: $(STAMP)
 data: $(STAMP)
 	$(BIN)/python -m loopscope.corpus
 
+# The estimate first (a few seconds: a matmul probe on this machine), then the run;
+# afterwards `python -m loopscope.timings` prints what each stage really took.
 repro: data
+	$(BIN)/python -m loopscope.plan params.yaml --brief
 	$(BIN)/dvc repro
 
 depth: data
@@ -36,8 +46,19 @@ depth: data
 	$(BIN)/dvc exp run --run-all
 	$(BIN)/python -m loopscope.levers collect
 
+# The fast tests go to the workers one by one (loadgroup: the tests of an xdist_group
+# mark share a worker), so a long test file does not keep one worker busy alone; the
+# slow ones one file per worker, since a file's tests share one micro `dvc repro`.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --durations=15
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
+	$(PYTEST) --dist loadgroup -m "not slow"
+
+# pytest exits 5 when it selects no test: no slow test is not a failure
+test-slow: $(STAMP)
+	$(PYTEST) --dist loadfile -m slow || test $$? -eq 5
+
+test-all: $(STAMP)
+	$(PYTEST) --dist loadfile
 
 # Full page: headless Chromium captures only its window, so the window is
 # SCREENSHOT_WIDTH x SCREENSHOT_HEIGHT px (a height any report fits in) and the blank rows

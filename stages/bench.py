@@ -10,4 +10,4 @@ from loopscope.bench import main
 from loopscope.errors import run
 
 if __name__ == "__main__":
-    run(lambda: main(sys.argv[1:]))
+    run(lambda: main(sys.argv[1:]), stage="bench_exits")

@@ -57,4 +57,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage=f"clamp@{sys.argv[1]}")

@@ -35,6 +35,7 @@ from loopscope.convergence import (
     training_mean,
     trajectory,
     type_names,
+    uniform_ce,
     window_types,
 )
 from loopscope.data import load_tokenizer
@@ -57,7 +58,7 @@ def main() -> None:
         reference = r.cell.model.loops
         depth = cfg.depth_factor * reference
         traj = trajectory(r.model, report.x, report.y, report.h0, depth, batch)
-        choose_ce.append(trajectory(r.model, choose.x, choose.y, choose.h0, depth, batch).ce)
+        choose_ce.append(uniform_ce(r.model, choose.x, choose.y, choose.h0, depth, batch))
         exits.append(evaluate(r.model, report.x, report.y, report.h0,
                               KL(params.policies.cross_epsilon), depth, batch))
         trajs.append(traj)
@@ -101,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage=f"convergence@{sys.argv[1]}")

@@ -61,4 +61,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage=f"diagnose@{sys.argv[1]}")

@@ -23,4 +23,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage=f"extract@{sys.argv[1]}")

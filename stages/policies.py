@@ -20,10 +20,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from loopscope import paths
-from loopscope.convergence import fit_probe, trajectory
+from loopscope.convergence import fit_probe, trajectory, uniform_ce
 from loopscope.errors import atomic_output, run, write_json
 from loopscope.params import load_params
-from loopscope.policies import evaluate, make, pool, settings, summarize
+from loopscope.policies import evaluate, make, never_exits, pool, settings, summarize
 from loopscope.runs import trained_runs
 from loopscope.units import Units
 
@@ -45,12 +45,19 @@ def main() -> None:
                           reference)
         for s in ("choose", "report"):
             w = sets[s]
-            uniform[s].append(trajectory(r.model, w.x, w.y, w.h0, reference, batch).ce)
+            uniform[s].append(uniform_ce(r.model, w.x, w.y, w.h0, reference, batch))
+            # A setting that cannot exit before R has the never-exiting run's outcome;
+            # every other one replays that run's loops up to its first exit.
+            loops: list = []
+            never = evaluate(r.model, w.x, w.y, w.h0, never_exits(cfg.first, cfg.every),
+                             reference, batch, record=loops)
             for rule, threshold in tqdm(settings(grids), desc=f"policies {name} {s}",
                                         unit="setting", mininterval=5):
                 policy = make(rule, threshold, cfg.first, cfg.every, probe)
                 results[(rule, threshold)][s].append(
-                    evaluate(r.model, w.x, w.y, w.h0, policy, reference, batch))
+                    evaluate(r.model, w.x, w.y, w.h0, policy, reference, batch, replay=loops)
+                    if policy.can_exit(reference) else never)
+            del loops
         docs.append(sets["report"].token_docs())
     metrics, rows = summarize(
         r.model, {s: np.concatenate(v, axis=1) for s, v in uniform.items()},
@@ -70,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage=f"policies@{sys.argv[1]}")

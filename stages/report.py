@@ -25,4 +25,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage=f"report_{sys.argv[1]}")

@@ -38,4 +38,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage="throughput")

@@ -116,4 +116,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    run(main, stage=f"train@{sys.argv[1]}")

@@ -22,7 +22,7 @@ from conftest import BACKBONE
 from conftest import tiny_cell as cell
 from test_pipeline import ROOT
 
-from loopscope import compute, errors, memory, paths
+from loopscope import compute, errors, memory, paths, timings
 from loopscope.config import CellConfig
 from loopscope.diagnostics import write_extract
 from loopscope.errors import ResourceError
@@ -270,7 +270,7 @@ def test_the_estimate_is_calibrated_on_a_default_cell():
                                  f"estimate {got['estimate'] / 2**20:.0f} MiB ({ratio:.2f}x)"
 
 
-# --- a stage's peak memory and time (loopscope.errors.run) ---------------------------
+# --- a stage's peak memory and time (loopscope.timings, written by errors.run) --------
 
 @pytest.mark.parametrize("platform, unit", [("linux", 1024), ("darwin", 1)])
 def test_peak_memory_reads_ru_maxrss_in_the_platforms_unit(monkeypatch, platform, unit):
@@ -280,15 +280,15 @@ def test_peak_memory_reads_ru_maxrss_in_the_platforms_unit(monkeypatch, platform
     reported = {resource.RUSAGE_SELF: peak // unit, resource.RUSAGE_CHILDREN: 7 // unit}
     monkeypatch.setattr(resource, "getrusage",
                         lambda who: SimpleNamespace(ru_maxrss=reported[who]))
-    monkeypatch.setattr(errors.sys, "platform", platform)
-    assert errors.peak_memory() == peak
+    monkeypatch.setattr(timings.sys, "platform", platform)
+    assert timings.peak_memory() == peak
 
 
 def test_process_seconds_counts_from_the_process_start(monkeypatch):
     """From psutil's start time, to well under a second (not its whole-second boot time
     on Linux), imports included; perf_counter since `since` where psutil cannot tell."""
     since = time.perf_counter()
-    seconds = errors.process_seconds(since)
+    seconds = timings.process_seconds(since)
     wall = time.time() - psutil.Process().create_time()  # up to 1 s late on Linux
     assert time.perf_counter() - since < seconds  # this process began before `since`
     assert wall - 1.05 < seconds < wall + 0.05
@@ -300,9 +300,9 @@ def test_process_seconds_counts_from_the_process_start(monkeypatch):
 
     def unreadable(*args):
         raise psutil.AccessDenied()
-    monkeypatch.setattr(errors.psutil, "Process", unreadable)
+    monkeypatch.setattr(timings.psutil, "Process", unreadable)
     before = time.perf_counter()
-    assert before - since <= errors.process_seconds(since) <= time.perf_counter() - since
+    assert before - since <= timings.process_seconds(since) <= time.perf_counter() - since
 
 
 # --- disk -----------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""End to end: the real `dvc repro` on a copy of the repository with micro params."""
+"""End to end: the real `dvc repro` on a copy of the repository with micro params.
+
+One from-scratch `dvc repro` (the module fixture `reproduced`) is shared: the tests that
+only read its results read it in place; a test that changes the repository works on a
+copy of it (`repo`, or the sweep's own), so each test passes alone and in any order.
+Every test here is marked slow: `make test` leaves them out, `make test-slow` runs them.
+"""
 
 import json
 import math
@@ -69,22 +75,38 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
+pytestmark = pytest.mark.slow
+
 SEEDS = [42, 43]
 PER_CELL = ("train", "extract", "diagnose", "clamp", "convergence", "policies")
 
 
+def copy_state(src: Path, dest: Path) -> Path:
+    """A copy of a micro repository as it stands: git, the DVC cache, the outputs."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> Path:
-    """The micro pipeline with two seeds, so every cell trains twice."""
+def reproduced(tmp_path_factory) -> Path:
+    """The micro pipeline with two seeds (so every cell trains twice), `dvc repro` from
+    scratch, once for the module. Read it, never change it: take `repo` for that."""
     repo = copy_repo(tmp_path_factory.mktemp("pipeline"))
     with open(repo / "params.yaml", "a") as f:
         f.write(f"seeds: {SEEDS}\n")
     sh(["git", "commit", "-qam", "two seeds"], repo)
+    sh(["dvc", "repro"], repo)
     return repo
 
 
-def test_repro_writes_report_and_finite_metrics(repo):
-    sh(["dvc", "repro"], repo)
+@pytest.fixture
+def repo(reproduced, tmp_path) -> Path:
+    """A copy of the reproduced micro repository, this test's own to change."""
+    return copy_state(reproduced, tmp_path / "repo")
+
+
+def test_repro_writes_report_and_finite_metrics(reproduced):
+    repo = reproduced
     html = repo / "reports" / "html" / "blind_spot.html"
     assert html.is_file() and "Hidden-state scale per loop" in html.read_text()
     assert "<img" in html.read_text()  # the seaborn figure is embedded
@@ -150,9 +172,10 @@ def test_second_repro_runs_nothing_but_configure(repo):
     assert json.loads(status) == {"configure": ["always changed"]}, status
 
 
-def test_cells_record_the_precision_they_trained_and_were_timed_in(repo):
+def test_cells_record_the_precision_they_trained_and_were_timed_in(reproduced):
     """configure writes auto as what it resolves to here; throughput times each cell in
     that precision and says which; the reports' provenance names it."""
+    repo = reproduced
     expected = compute.precision_of(TrainConfig())  # micro params: device, precision auto
     for cell in CELLS:
         config = json.loads((repo / "configs" / f"{cell}.json").read_text())
@@ -164,15 +187,20 @@ def test_cells_record_the_precision_they_trained_and_were_timed_in(repo):
 
 
 def test_one_cell_change_reruns_that_cell_only(repo):
+    """A cell's own param: configure rewrites that cell's config alone, so `dvc repro`
+    would retrain that cell only. What would rerun is all this test is about, so it
+    asks `dvc repro --dry` once configure (which the train stages depend on) has run."""
     params = (repo / "params.yaml").read_text()
     changed = params.replace("  perloop_raw:\n    train:\n      loss: per_loop\n",
                              "  perloop_raw:\n    train:\n      loss: per_loop\n      lr: 0.002\n")
     assert changed != params
     (repo / "params.yaml").write_text(changed)
-    out = sh(["dvc", "repro"], repo).stdout
+    sh(["dvc", "repro", "configure"], repo)
+    out = sh(["dvc", "repro", "--dry"], repo).stdout
     assert "Running stage 'train@perloop_raw'" in out
-    for cell in CELLS[:2]:
+    for cell in set(CELLS) - {"perloop_raw"}:
         assert f"Running stage 'train@{cell}'" not in out
+        assert f"Stage 'train@{cell}' didn't change, skipping" in out
 
 
 def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
@@ -195,13 +223,20 @@ def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     assert "raw-readout" in text and "headline.json" in text and "ppl_final" in text
 
 
-def test_queued_sweep_runs_in_two_workers(repo):
-    """`dvc exp run --queue` + `dvc queue start -j 2`: every queued run succeeds in its
-    own copy of the workspace, and `dvc exp show` lists them with their headline."""
-    values = ["0.001", "0.01"]
-    for lam in values:
+PENALTIES = ["0.001", "0.01"]
+# What the sweep's tests read: the norm figure's table and the headline metrics. The
+# queued runs reproduce these targets (and what they depend on) only, not the reports.
+SWEEP_TARGETS = ["plots", "headline"]
+
+
+@pytest.fixture(scope="module")
+def sweep(reproduced, tmp_path_factory) -> tuple[Path, str]:
+    """A sweep over the norm penalty on a copy of the reproduced repository: two
+    experiments queued, run by `dvc queue start -j 2`. (repo, the last `dvc queue status`)"""
+    repo = copy_state(reproduced, tmp_path_factory.mktemp("sweep") / "repo")
+    for lam in PENALTIES:
         sh(["dvc", "exp", "run", "--queue", "-n", f"pen{lam}",
-            "-S", f"+cells.perloop_raw.train.norm_penalty={lam}"], repo)
+            "-S", f"+cells.perloop_raw.train.norm_penalty={lam}", *SWEEP_TARGETS], repo)
     sh(["dvc", "queue", "start", "-j", "2"], repo)
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -209,18 +244,26 @@ def test_queued_sweep_runs_in_two_workers(repo):
         if "Queued" not in status and "Running" not in status:
             break
         time.sleep(5)
-    assert status.count("Success") == len(values), status
+    return repo, status
+
+
+def test_queued_sweep_runs_in_two_workers(sweep):
+    """`dvc exp run --queue` + `dvc queue start -j 2`: every queued run succeeds in its
+    own copy of the workspace, and `dvc exp show` lists them with their headline."""
+    repo, status = sweep
+    assert status.count("Success") == len(PENALTIES), status
     rows = json.loads(sh(["dvc", "exp", "show", "--json"], repo).stdout)
     text = json.dumps(rows)
-    for lam in values:
+    for lam in PENALTIES:
         assert f"pen{lam}" in text
-    assert text.count("ppl_final") >= len(values)
+    assert text.count("ppl_final") >= len(PENALTIES)
 
 
-def test_plots_cover_every_cell_and_diff_overlays_experiments(repo):
+def test_plots_cover_every_cell_and_diff_overlays_experiments(sweep):
     """dvc.yaml's top-level plots: `dvc plots show` draws every cell in one plot per
     figure, and `dvc plots diff` of two experiments (the queued sweep's) carries both
     revisions, with the norm-penalty cell's norms different between them."""
+    repo, _ = sweep
     shown = json.loads(sh(["dvc", "plots", "show", "--json"], repo, timeout=180, tries=2)
                        .stdout)["data"]
     figures = [k for k in shown if "(paper" in k]
@@ -229,7 +272,7 @@ def test_plots_cover_every_cell_and_diff_overlays_experiments(repo):
     assert {r["series"] for r in rows} == set(CELLS)
     frontier = shown["Policy frontier, CE vs mean loops (paper B)"][0]["content"]
     assert {r["series"].split()[0] for r in frontier["data"]["values"]} == {"backbone"}
-    revs = ["pen0.001", "pen0.01"]  # test_queued_sweep_runs_in_two_workers ran them
+    revs = [f"pen{lam}" for lam in PENALTIES]  # the sweep fixture ran them
     diff = json.loads(sh(["dvc", "plots", "diff", *revs, "--json"], repo, timeout=180,
                          tries=2).stdout)
     norm = diff["data"]["Hidden-state norm vs loop (paper A)"][0]["content"]["data"]["values"]

@@ -1,4 +1,5 @@
-"""python -m loopscope.plan: parameter counts, steps, memory estimates, and the presets."""
+"""python -m loopscope.plan: parameter counts, steps, memory estimates, the presets, and the
+time estimates with their CPU calibration (the probe, the step efficiency)."""
 
 import copy
 import dataclasses
@@ -10,11 +11,26 @@ from pathlib import Path
 import pytest
 import yaml
 
+from loopscope import bench, diagnostics
+from loopscope import plan as plan_module
 from loopscope.config import CellConfig, TrainConfig
 from loopscope.data import Corpus, steps_for_epochs
 from loopscope.model import LoopedLM, ModelConfig, cost
 from loopscope.params import load_params, resolve_cell
-from loopscope.plan import TFLOPS, corpus_tokens, main, plan, plan_cell, train_flops_per_token
+from loopscope.plan import (
+    REPORT_SECONDS,
+    STAGE_SECONDS,
+    STEP_EFFICIENCY,
+    TFLOPS,
+    corpus_tokens,
+    main,
+    measuring_flops,
+    plan,
+    plan_cell,
+    step_efficiency,
+    train_flops_per_token,
+)
+from loopscope.timings import cpu_model
 from loopscope.tokenizer import encode, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +39,18 @@ PRESETS = sorted((ROOT / "presets").glob("*.yaml"))
 PAPER_A_CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_raw",
                  "perloop_final_norm", "terminal_penalty", "perloop_penalty",
                  "perloop_interloop_norm"]
+
+
+ROOF, FORWARD = 100.0, 20.0  # GFLOP/s the fake probe reports
+REAL_ROOF, REAL_FORWARD = plan_module.roof_gflops, plan_module.forward_gflops
+
+
+@pytest.fixture(autouse=True)
+def fake_probe(monkeypatch):
+    """plan() calibrates on the CPU; in-process tests get fixed rates at once (the CLI
+    tests and test_the_real_probe_measures_this_machine run the real probe)."""
+    monkeypatch.setattr(plan_module, "roof_gflops", lambda threads, size=2048: ROOF)
+    monkeypatch.setattr(plan_module, "forward_gflops", lambda cfg, threads, windows: FORWARD)
 
 
 def tiny_cell(**train: object) -> CellConfig:
@@ -244,11 +272,13 @@ def test_training_flops_count_forward_and_backward_through_the_kept_loops():
     assert train_flops_per_token(per_loop) == pytest.approx(3 * (c.uniform(4) + 3 * c.readout))
 
 
-def test_time_is_estimated_on_a_gpu_at_the_assumed_rate_and_not_on_a_cpu():
+def test_time_is_estimated_on_a_gpu_at_the_assumed_rate_and_on_a_cpu_at_its_calibration():
     cell = tiny_cell(loss="final", steps=1000, batch_size=8)
     flops = 3 * cost(cell.model).uniform(4) * 1000 * 8 * 32
     assert plan_cell(cell, None, "cuda")["hours"] == pytest.approx(flops / TFLOPS / 1e12 / 3600)
-    assert plan_cell(cell, None, "cpu")["hours"] is None
+    assert plan_cell(cell, None, "cpu")["hours"] is None  # no calibration given
+    assert plan_cell(cell, None, "cpu", cpu_gflops=10.0)["hours"] == pytest.approx(
+        flops / 10e9 / 3600)
     assert plan_cell(cell, None, "cpu", tflops=1.0)["hours"] == pytest.approx(
         flops / 1e12 / 3600)
 
@@ -263,3 +293,144 @@ def test_the_paper_b_preset_plans_one_gpu_in_hours_not_days():
     out = run_cli(str(ROOT / "presets" / "paper_b_tinystories.yaml"), "--device", "cuda")
     assert "device-hours at an assumed 50 TFLOP/s" in out.stdout
     assert run_cli("--tflops", "0").returncode == 2
+
+
+def test_the_probe_feeds_the_cpu_hours_of_training_and_measuring(tmp_path, monkeypatch):
+    """No `bench train` result here: the step efficiency is STEP_EFFICIENCY, so training
+    runs at STEP_EFFICIENCY x the roof, measuring at the probed forward rate plus the
+    stages' start-up."""
+    write_params(tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    result = plan("params.yaml", "cpu")
+    cal = result["calibration"]
+    assert (cal["roof_gflops"], cal["efficiency"]) == (ROOF, STEP_EFFICIENCY)
+    assert "STEP_EFFICIENCY" in cal["efficiency_source"]
+    assert cal["cpu"] == cpu_model() and cal["threads"] == BASE["train"]["threads"]
+    for c in result["cells"].values():
+        assert c["rate_source"] == "calibrated"
+        assert c["hours"] == pytest.approx(c["train_flops"] / (STEP_EFFICIENCY * ROOF * 1e9)
+                                           / 3600)
+        assert c["measure_hours"] == pytest.approx(sum(c["measure_flops"].values())
+                                                   / (FORWARD * 1e9) / 3600)
+    total = result["total"]
+    assert total["hours"] == pytest.approx(sum(c["hours"] * c["runs"]
+                                               for c in result["cells"].values()))
+    measuring = result["measuring"]
+    stages = measuring["stages"]
+    startup = STAGE_SECONDS * (sum(stages.values()) - 3) + REPORT_SECONDS * 3
+    assert measuring["startup_seconds"] == pytest.approx(startup)
+    assert measuring["hours"] == pytest.approx(
+        sum(c["measure_hours"] for c in result["cells"].values()) + startup / 3600)
+
+
+def test_a_faster_probe_gives_fewer_hours(tmp_path, monkeypatch):
+    write_params(tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    slow = plan("params.yaml", "cpu")
+    monkeypatch.setattr(plan_module, "roof_gflops", lambda threads, size=2048: 2 * ROOF)
+    monkeypatch.setattr(plan_module, "forward_gflops", lambda cfg, threads, windows: 4 * FORWARD)
+    fast = plan("params.yaml", "cpu")
+    assert fast["total"]["hours"] == pytest.approx(slow["total"]["hours"] / 2)
+    startup = slow["measuring"]["startup_seconds"] / 3600
+    assert fast["measuring"]["hours"] - startup == pytest.approx(
+        (slow["measuring"]["hours"] - startup) / 4)
+    # --tflops replaces the calibration; no probe, no CPU times
+    given = plan("params.yaml", "cpu", tflops=1.0)
+    assert given["calibration"] is None
+    assert given["total"]["hours"] == pytest.approx(given["total"]["train_flops"] / 1e12 / 3600)
+    assert plan("params.yaml", "cpu", probe=None)["total"]["hours"] is None
+
+
+def test_the_step_efficiency_comes_from_a_bench_train_result(tmp_path, monkeypatch):
+    result = {"matmul_size": 1024, "cells": {
+        name: {"fp32": {"ratio_to_matmul": r}} for name, r in (("a", 0.3), ("b", 0.4),
+                                                              ("c", 0.6))}}
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(result))
+    efficiency, source, size = step_efficiency(path)
+    assert (efficiency, size) == (0.4, 1024) and str(path) in source and "0.30-0.60" in source
+    assert step_efficiency(tmp_path / "missing.json")[0] == STEP_EFFICIENCY
+    path.write_text("{not json")
+    assert step_efficiency(path)[0] == STEP_EFFICIENCY
+    # plan reads metrics/bench/train.json where it runs, and probes the roof it names
+    sizes = []
+    monkeypatch.setattr(plan_module, "roof_gflops",
+                        lambda threads, size=2048: sizes.append(size) or ROOF)
+    write_params(tmp_path / "params.yaml")
+    (tmp_path / "metrics" / "bench").mkdir(parents=True)
+    (tmp_path / "metrics" / "bench" / "train.json").write_text(json.dumps(result))
+    monkeypatch.chdir(tmp_path)
+    cal = plan("params.yaml", "cpu")["calibration"]
+    assert sizes == [1024] and cal["efficiency"] == 0.4 and cal["train_gflops"] == 0.4 * ROOF
+
+
+def test_the_committed_bench_train_result_is_read():
+    efficiency, source, size = step_efficiency(ROOT / "metrics" / "bench" / "train.json")
+    assert 0.2 < efficiency < 0.9 and size == 2048 and "ratio_to_matmul" in source
+
+
+def test_the_real_probe_measures_this_machine():
+    assert REAL_ROOF(1, 128) > 0
+    assert REAL_FORWARD(tiny_cell().model, 1, 2) > 0
+    assert cpu_model()
+
+
+def test_measuring_flops_follow_the_params(tmp_path):
+    """Deeper sweeps, more windows and seeds cost more; the policies run on
+    policies.cells, the exit benchmark on bench.cell, only."""
+    params = load_params(write_params(tmp_path / "a.yaml"))
+    deeper = load_params(write_params(tmp_path / "b.yaml", diagnose={"loops": 60},
+                                      convergence={"windows": 128}))
+    for name in params.cells:
+        cell = resolve_cell(params, name)
+        base, more = measuring_flops(params, name, cell), measuring_flops(deeper, name, cell)
+        assert more["diagnose"] > base["diagnose"] and more["convergence"] > base["convergence"]
+        assert more["extract"] == base["extract"]
+        assert ("policies" in base) == (name in params.policies.cells)
+        assert ("bench_exits" in base) == (name == params.bench.cell)
+        assert all(v > 0 for v in base.values())
+    two = resolve_cell(params, "perloop_normed")  # two seeds: twice one seed's passes
+    one = dataclasses.replace(two, seeds=[42])
+    got, single = (measuring_flops(params, "perloop_normed", c) for c in (two, one))
+    assert got["diagnose"] == pytest.approx(2 * single["diagnose"])
+    assert got["throughput"] == single["throughput"]  # the first run only
+    assert plan_module.CLAMP_PASSES == len(diagnostics.CLAMP_MODES)
+    assert plan_module.BENCH_POLICIES == len(bench.RULES)
+
+
+def test_measuring_stages_are_dvc_yaml_s():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    counted = {**{s: "${cells}" for s in plan_module.PER_CELL_STAGES},
+               **{s: "${policies.cells}" for s in plan_module.POLICY_STAGES},
+               **{s: None for s in plan_module.ONCE_STAGES + plan_module.REPORT_STAGES}}
+    training = set(plan_module.TRAINING_STAGES)
+    assert set(stages) == set(counted) | training
+    for name, foreach in counted.items():
+        assert stages[name].get("foreach") == foreach, name
+    params = load_params(ROOT / "params.yaml")
+    n = plan_module.measuring_stages(params)
+    assert sum(n.values()) == (4 * len(params.cells) + len(params.policies.cells) + 6 + 3)
+
+
+def test_the_hours_are_filled_on_this_cpu_and_brief_prints_the_totals():
+    """The CLI runs the real probe: the table's total hours, the time and measuring
+    lines, and --brief's two lines naming this CPU and its threads."""
+    out = run_cli("params.yaml", "--device", "cpu").stdout
+    total = next(line for line in out.splitlines() if line.startswith("total "))
+    assert "?" not in total.split()[2]  # steps, then hours
+    assert f"of training on {cpu_model()}, 2 threads" in out and "GFLOP/s" in out
+    assert "measuring: " in out
+    brief = run_cli("params.yaml", "--device", "cpu", "--brief")
+    lines = brief.stdout.strip().splitlines()
+    assert brief.returncode == 0 and len(lines) == 2, brief.stderr
+    assert lines[0].startswith("estimated: training ") and " h, measuring " in lines[0]
+    assert lines[0].endswith(f" on {cpu_model()}, 2 threads")
+
+
+def test_brief_on_a_gpu_names_the_assumed_rate(capsys):
+    main([str(ROOT / "params.yaml"), "--device", "cuda", "--brief"])
+    gpu = capsys.readouterr().out
+    assert gpu.startswith("estimated: training ") and "at an assumed 50 TFLOP/s" in gpu
+    assert "20 runs from scratch" in gpu
+    with pytest.raises(SystemExit):
+        main([str(ROOT / "params.yaml"), "--json", "--brief"])

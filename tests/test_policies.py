@@ -9,12 +9,14 @@ import torch
 import torch.nn.functional as F
 from conftest import BACKBONE, Scripted, tiny_tokens
 
+from loopscope import policies
 from loopscope.config import TrainConfig
 from loopscope.convergence import (
     argmax_changes_later,
     convergence_loop,
     token_type,
     trajectory,
+    uniform_ce,
     useful_depth,
 )
 from loopscope.depth import sampler
@@ -31,9 +33,11 @@ from loopscope.policies import (
     MinpKL,
     PolicyResult,
     Uniform,
+    evaluate,
     make,
     masked_forward,
     minp_log_probs,
+    never_exits,
     rule_defaults,
     summarize,
 )
@@ -168,6 +172,94 @@ def test_each_rules_conservative_end_is_uniform_depth_r(rule):
     # one step less aggressive than the end does exit, so the test can fail
     loose = make(rule, 1 if rule == "argmax-stability" else 10.0, probe=(w, 0.0))
     assert (masked_forward(model, x, loose, cap=cap, h0=h0).exit_loop < cap).any()
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r != "uniform"])
+def test_a_setting_that_cannot_exit_is_the_never_exiting_run_bit_for_bit(rule):
+    """The policies stage runs every setting whose can_exit is False once, as
+    never_exits: that is exact only if such a setting's run is that run, bit for bit."""
+    model = backbone()
+    x, y = tiny_tokens(2, 16), tiny_tokens(2, 16).roll(1, 1)
+    h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))
+    w = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    cap = 5
+    end = make(rule, cap if rule == "argmax-stability" else 0.0, probe=(w, 0.0))
+    assert not end.can_exit(cap)
+    got, never = (evaluate(model, x, y, h0, p, cap, 1) for p in (end, never_exits()))
+    for field in ("ce", "exit_loop", "checks", "last_angle"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(never, field))
+    assert (never.checks == cap - 1).all()  # it did check, at every loop before the cap
+    loose = make(rule, 1 if rule == "argmax-stability" else 10.0, probe=(w, 0.0))
+    assert loose.can_exit(cap)  # so the shortcut can be wrong, and the test fail
+    assert (evaluate(model, x, y, h0, loose, cap, 1).exit_loop < cap).any()
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r != "uniform"])
+def test_replaying_the_never_exiting_run_gives_every_setting_its_exact_result(rule):
+    """The policies stage computes the loops before a batch's first exit once (record)
+    and replays them for every setting: each setting's result stays bit for bit that of
+    its own masked forward, whether it exits at the first check, later, or never."""
+    model = backbone()
+    x, y = tiny_tokens(4, 16), tiny_tokens(4, 16).roll(1, 1)
+    h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))
+    w = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    cap, loops = 5, []
+    evaluate(model, x, y, h0, never_exits(), cap, 2, record=loops)
+    assert len(loops) == 2 and all(len(batch) == cap for batch in loops)
+    grid = {"argmax-stability": [1, 2, 3], "probe": [1e-30, 1e-8, 0.5]}.get(
+        rule, [1e-4, 1e-2, 0.1, 10.0])
+    exits = set()
+    for t in grid:
+        own = evaluate(model, x, y, h0, make(rule, t, probe=(w, 0.0)), cap, 2)
+        replayed = evaluate(model, x, y, h0, make(rule, t, probe=(w, 0.0)), cap, 2,
+                            replay=loops)
+        for field in ("ce", "exit_loop", "checks", "last_angle"):
+            np.testing.assert_array_equal(getattr(replayed, field), getattr(own, field))
+        exits.add(int(own.exit_loop.min()))
+    # some setting exits before the cap, and some only after replayed loops
+    assert min(exits) < cap and max(exits) > 1
+
+
+def test_argmax_stability_can_exit_only_with_enough_checks_before_the_cap():
+    # checks at loops 1..cap-1: the first has no previous argmax, so at most cap - 2
+    # stable checks in a row
+    cap = 6
+    assert ArgmaxStability(cap - 2).can_exit(cap)
+    assert not ArgmaxStability(cap - 1).can_exit(cap)
+    assert not ArgmaxStability(1, first=2, every=4).can_exit(cap)  # one check (loop 2)
+    assert ArgmaxStability(1, first=1, every=4).can_exit(cap)  # loops 1 and 5
+    assert not Uniform().can_exit(cap) and not KL(1e-3).can_exit(1)
+
+
+def test_vocabulary_math_in_row_chunks_is_bit_identical_to_whole_batches(monkeypatch):
+    """trajectory, uniform_ce, the logit rules and the final CE compute over the
+    vocabulary in row chunks (policies.CHUNK_BYTES); any chunk size gives the same bits."""
+    model = backbone()
+    x, y = tiny_tokens(3, 16), tiny_tokens(3, 16).roll(1, 1)
+    h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))
+    rules = ("kl", "kl-huginn", "minp-kl", "entropy-diff")
+
+    def measure():
+        traj = trajectory(model, x, y, h0, 6, 2, keep_states=2)
+        runs = {r: evaluate(model, x, y, h0, make(r, 10 * rule_defaults(r)[0]), 5, 2)
+                for r in rules}
+        return traj, uniform_ce(model, x, y, h0, 6, 2), runs
+
+    row = model.cfg.vocab_size * 4
+    results = []
+    for chunk in (1 << 40, 3 * row, row):  # whole batches, 3 rows, 1 row at a time
+        monkeypatch.setattr(policies, "CHUNK_BYTES", chunk)
+        results.append(measure())
+    for traj, ce, runs in results[1:]:
+        whole, whole_ce, whole_runs = results[0]
+        for field in ("ce", "kl", "change", "angle", "argmax", "states"):
+            np.testing.assert_array_equal(getattr(traj, field), getattr(whole, field))
+        np.testing.assert_array_equal(ce, whole.ce)
+        for r in rules:
+            for field in ("ce", "exit_loop", "checks", "last_angle"):
+                np.testing.assert_array_equal(getattr(runs[r], field),
+                                              getattr(whole_runs[r], field))
+    assert any((results[0][2][r].exit_loop < 5).any() for r in rules)  # some did exit
 
 
 def test_rule_defaults_are_huginns_and_params_knows_them():

@@ -40,6 +40,7 @@ def test_every_path_readme_names_exists():
     assert missing == []
 
 
+@pytest.mark.xdist_group("dvc_in_the_repository")  # one worker: dvc locks the repository
 @pytest.mark.parametrize("command", commands())
 def test_readme_cheap_commands_run_on_the_committed_state(command, tmp_path):
     argv = shlex.split(command)

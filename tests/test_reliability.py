@@ -27,7 +27,7 @@ from conftest import tiny_cell as cell
 from conftest import tiny_corpus as corpus
 from test_pipeline import ROOT, copy_repo, sh, sh_env
 
-from loopscope import paths
+from loopscope import paths, timings
 from loopscope.checkpoint import discard_resume, load_model, save_model
 from loopscope.config import TrainConfig
 from loopscope.data import check_context, write_prepared
@@ -328,6 +328,7 @@ def outputs(repo: Path) -> dict:
     }
 
 
+@pytest.mark.slow  # the real dvc repro
 def test_sigkill_then_repro_resumes_to_the_same_result(tmp_path):
     repo = micro_repo(tmp_path, steps=200, checkpoint_every=20)
     sh(["dvc", "repro", "configure", "prepare"], repo)  # so the kill lands in training
@@ -364,7 +365,7 @@ def test_sigkill_then_repro_resumes_to_the_same_result(tmp_path):
 
 # Outputs meant to hold timings, which differ between two runs of the same params.
 TIMED = (f"{paths.METRICS}/throughput/", f"{paths.METRICS}/{paths.TRAIN_TIMINGS}/",
-         f"{paths.BENCH}/", f"{paths.REPORTS_HTML}/")
+         f"{paths.BENCH}/", f"{paths.REPORTS_HTML}/", f"{timings.STAGE_TIMINGS}/")
 # Every stage but the reports and the benchmark (outputs all timed), on the backbone:
 # it has every source of randomness (sampled depth, noise initial state) and every stage.
 BACKBONE_CELL = "backbone"
@@ -379,6 +380,7 @@ def files_of(repo: Path, out: str) -> dict[str, bytes]:
     return {str(p.relative_to(repo)): p.read_bytes() for p in found}
 
 
+@pytest.mark.slow  # the real dvc repro
 def test_same_params_give_byte_identical_outputs(tmp_path):
     """Two copies of the repository, the same params, every stage run in each: every
     output DVC records (models, extracts, tables, metrics, logs) is byte for byte the
@@ -413,7 +415,8 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
                 differ = sorted(f for f in a.keys() | b.keys() if a.get(f) != b.get(f))
                 raise AssertionError(f"{stage}: {out['path']} differs: {differ}")
             compared += 1
-    assert (timed, compared) == (1, 16)  # the train timings are timed
+    # the train timings, and the stage timings of all but configure, are timed
+    assert (timed, compared) == (1 + 8, 16)
     model = str(paths.model_file(BACKBONE_CELL, SEED))  # what used to embed timings
     assert files_of(one, model) == files_of(two, model)
     assert "train_seconds" not in (one / paths.metrics_file("train", BACKBONE_CELL)).read_text()
@@ -421,6 +424,7 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
                                ).read_text()
 
 
+@pytest.mark.slow  # the real dvc repro
 def test_nan_loss_stops_training_and_saves_nothing(tmp_path):
     repo = micro_repo(tmp_path, lr=1.0e6, grad_clip=1.0e6, warmup_steps=0)
     result = sh(["dvc", "repro", f"train@{CELL}"], repo, check=False)

@@ -109,13 +109,13 @@ def test_epochs_and_stride():
 
 def test_devices():
     run_on = compute.resolve(TrainConfig(device="cpu", precision="auto"))
-    assert run_on.device.type == "cpu" and run_on.bf16 == compute.native_bf16_cpu()
+    assert run_on.device.type == "cpu" and not run_on.bf16
     assert compute.resolve(TrainConfig(device="cpu", precision="bf16")).bf16
     assert not compute.resolve(TrainConfig(device="cpu", precision="fp32")).bf16
     assert compute.uses_cuda("auto", cuda_available=True)
     assert not compute.uses_cuda("cpu", cuda_available=True)
-    assert compute.uses_bf16("auto", cuda=True, native_cpu=False)
-    assert not compute.uses_bf16("auto", cuda=False, native_cpu=False)
+    assert compute.uses_bf16("auto", cuda=True)
+    assert not compute.uses_bf16("auto", cuda=False)
     if not torch.cuda.is_available():
         assert compute.resolve(TrainConfig()).device.type == "cpu"
         with pytest.raises(ParamsError, match=r"'train.device' is 'cuda' but torch sees no "
@@ -124,13 +124,14 @@ def test_devices():
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_auto_precision_is_bf16_where_the_hardware_multiplies_it(monkeypatch, native):
-    """auto: bf16 on CUDA and on a CPU with AVX512-BF16 or AMX, fp32 on any other CPU
-    (there bf16 is emulated, many times slower); an explicit precision is kept."""
+def test_auto_precision_is_fp32_on_every_cpu(monkeypatch, native):
+    """auto: bf16 on CUDA, fp32 on every CPU whether or not it multiplies bf16 natively,
+    so a CPU run's numbers do not depend on the CPU; an explicit precision is kept."""
     monkeypatch.setattr(compute, "native_bf16_cpu", lambda: native)
     cpu = TrainConfig(device="cpu", precision="auto")
-    assert compute.precision_of(cpu) == ("bf16" if native else "fp32")
-    assert compute.resolve(cpu).bf16 == native
+    assert compute.precision_of(cpu) == "fp32"
+    assert not compute.resolve(cpu).bf16
+    assert compute.resolve(TrainConfig(device="cpu", precision="bf16")).bf16
     assert compute.precision_of(TrainConfig(device="auto"), cuda_available=True) == "bf16"
     for fixed in ("fp32", "bf16"):
         assert compute.precision_of(TrainConfig(precision=fixed), cuda_available=True) == fixed
@@ -150,21 +151,22 @@ def test_native_bf16_follows_torchs_cpu_feature_checks(monkeypatch):
 
 
 def test_configure_writes_the_resolved_precision(tmp_path, monkeypatch):
-    """A machine that resolves auto differently writes a different config file, so DVC
-    retrains the cell there instead of reusing results made at another precision."""
+    """A machine that resolves auto differently (CUDA against a CPU) writes a different
+    config file, so DVC retrains the cell there instead of reusing results made at another
+    precision; two CPUs, with native bf16 or without, write the same file."""
     params = (ROOT / "tests" / "micro_params.yaml").read_text()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "params.yaml").write_text(params)
     monkeypatch.setattr("sys.argv", ["configure.py"])
     written = {}
-    for native in (True, False):
+    for native, cuda in ((True, False), (False, False), (False, True)):
         monkeypatch.setattr(compute, "native_bf16_cpu", lambda native=native: native)
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
         runpy.run_path(str(ROOT / "stages" / "configure.py"), run_name="__main__")
-        written[native] = (tmp_path / "configs" / "backbone.json").read_bytes()
-        assert json.loads(written[native])["train"]["precision"] == ("bf16" if native
-                                                                     else "fp32")
-    assert written[True] != written[False]
+        written[native, cuda] = (tmp_path / "configs" / "backbone.json").read_bytes()
+        assert json.loads(written[native, cuda])["train"]["precision"] == ("bf16" if cuda
+                                                                           else "fp32")
+    assert written[True, False] == written[False, False] != written[False, True]
 
 
 def test_bf16_autocast_trains_on_cpu_and_is_measured_in_fp32(tmp_path, monkeypatch):
@@ -211,6 +213,7 @@ def ddp_config(processes: int) -> TrainConfig:
                        log_every=1, norm_penalty=0.01, processes=processes, seed=5)
 
 
+@pytest.mark.slow  # torchrun: two processes
 def test_two_gloo_processes_follow_one_process(tmp_path):
     live = Rows()
     model, _ = train_cell(CellConfig("tiny", MODEL, ddp_config(1)), corpus(), live)
@@ -279,6 +282,7 @@ def ddp_resume_config() -> TrainConfig:
                        log_every=5, checkpoint_every=10, processes=2, seed=5)
 
 
+@pytest.mark.slow  # torchrun: two processes
 def test_two_gloo_processes_resume_to_the_uninterrupted_weights(tmp_path):
     """Each process's RNG state goes into the resume checkpoint and comes back to that
     process, so a killed 2-process run resumes to the same weights, bit for bit."""

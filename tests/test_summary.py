@@ -64,6 +64,13 @@ def test_verdict_rows_put_each_recipe_group_in_its_column_and_mark_the_regime():
     assert summary.verdict_rows(claims())[1][0]["regime"] == "in regime"
 
 
+def test_a_paper_a_claim_not_shown_has_no_recipe_and_still_renders():
+    """Params with no paper A cells (the paper B presets) give rows without a recipe."""
+    rows = {"paper_a": [{"claim": "drift", "verdict": "not shown"}], "paper_b": []}
+    a, _ = summary.verdict_rows(rows)
+    assert a[0]["reference recipe"] == "-" and a[0]["our recipe"].startswith("not shown")
+
+
 def test_a_readme_without_its_markers_is_refused():
     with pytest.raises(DataError, match="begin verdicts"):
         summary.replace_block("# no blocks here\n", "verdicts", "x")

@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -79,6 +78,7 @@ from loopscope.plots import read_metrics
 from loopscope.policies import Policy, Uniform, flops_per_token, make, masked_forward
 from loopscope.report import cell_group, paper_b_backbones
 from loopscope.runs import Windows, trained_runs
+from loopscope.timings import cpu_model
 from loopscope.train import compiled, forward_loss, optimizer, update
 
 # The rules timed, each at its matched threshold: A1 and the two head-free rules. A2
@@ -336,7 +336,7 @@ def exits(params: Params, cell: str | None, repeats: int | None = None) -> dict[
             "baseline_depth": b, "repeats": repeats,
             "thresholds": {n: metrics[n]["threshold"] for n in policies},
             "check_schedule": {"first": cfg.first, "every": cfg.every},
-            "machine": {"cpu": platform.processor() or platform.machine(),
+            "machine": {"cpu": cpu_model(),
                         "threads": torch.get_num_threads(), "torch": torch.__version__,
                         "device": str(first.compute.device)},
             "scoring": scoring(model, report, policies, r, b, cfg.batch_size, repeats),
@@ -484,7 +484,7 @@ def train(params: Params, cells: list[str] | None, steps: int, repeats: int,
                  torch.randn(matmul, matmul, dtype=DTYPES[p])) for p in precisions}
     result: dict[str, Any] = {
         "steps": steps, "repeats": repeats, "matmul_size": matmul, "precisions": precisions,
-        "machine": {"cpu": platform.processor() or platform.machine(),
+        "machine": {"cpu": cpu_model(),
                     "threads": torch.get_num_threads(), "torch": torch.__version__,
                     "native_bf16": compute.native_bf16_cpu()},
         "cells": {}}

@@ -4,12 +4,16 @@ Training, every stage that runs a trained model and `plan` ask this module, so a
 trained on CUDA is also measured there, and `plan --device cuda` assumes what training
 would do.
 
-train.precision auto means bf16 autocast where the hardware multiplies bf16 natively (CUDA,
-and CPUs with AVX512-BF16 or AMX: several times the fp32 matmul rate) and fp32 elsewhere.
-On a CPU without them, torch computes bf16 matmuls in software: a training step of this
-project ran 18x slower than in fp32 on an AVX2-only AMD EPYC. The configure stage writes the
-resolved precision into configs/<cell>.json (precision_of), so a machine that resolves auto
-differently retrains the cell instead of reusing results made at another precision.
+train.precision auto means bf16 autocast on CUDA and fp32 on every CPU. A CPU run's
+precision, and so every number it produces, then does not depend on which CPU ran it: a
+team on mixed CPUs can pull each other's results instead of retraining them. bf16 on the
+CPU stays one `-S train.precision=bf16` away; it pays only where the CPU multiplies bf16
+natively (AVX512-BF16 or AMX, native_bf16_cpu), and little even there at d_model 128: on a
+2-core Intel Xeon with AMX a training step ran 1.03x its fp32 speed (the step is not
+matmul-bound at this size), while on a CPU without them torch emulates bf16 and a step ran
+18x slower than fp32 (AVX2-only AMD EPYC). The configure stage writes the resolved
+precision into configs/<cell>.json (precision_of), so a machine that resolves auto
+differently (a GPU) retrains the cell instead of reusing results made at another precision.
 
 Only training and the throughput stage use a bf16 autocast. The measuring stages compute
 norms, KL divergences down to 1e-6 and relative state changes, which bf16 logits cannot
@@ -46,12 +50,12 @@ def native_bf16_cpu() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
-def uses_bf16(precision: str, cuda: bool, native_cpu: bool | None = None) -> bool:
-    """train.precision bf16, or auto on CUDA or on a CPU with native bf16 matmul (bf16
-    autocast; fp32 master weights). native_cpu: assume it (None: ask this CPU)."""
+def uses_bf16(precision: str, cuda: bool) -> bool:
+    """train.precision bf16, or auto on CUDA (bf16 autocast; fp32 master weights). auto
+    is fp32 on every CPU, native bf16 or not, so CPU results do not depend on the CPU."""
     if precision != "auto":
         return precision == "bf16"
-    return cuda or (native_bf16_cpu() if native_cpu is None else native_cpu)
+    return cuda
 
 
 def precision_of(cfg: TrainConfig, cuda_available: bool | None = None

@@ -31,6 +31,7 @@ from loopscope.policies import (
     angle,
     kl_divergence,
     relative_change,
+    row_chunks,
     train_probe,
 )
 
@@ -245,38 +246,78 @@ class Trajectory:
                    states=None)
 
 
+FIELDS = ("ce", "kl", "change", "angle", "argmax")  # what a trajectory records per loop
+
+
 @torch.no_grad()
+def _record(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
+            depth: int, batch_size: int, fields: tuple[str, ...], keep_states: int
+            ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """Run every token to uniform depth `depth`, reading out every loop; per field of
+    FIELDS asked for, a (depth, tokens) array, and the states of loops 1..keep_states.
+
+    The vocabulary-wide math (log-softmax, CE, KL, argmax) runs in row chunks
+    (policies.row_chunks), bit-identical to whole batches and several times faster;
+    the previous loop's log-probabilities live in a buffer swapped with the current."""
+    rows: dict[str, list[list[np.ndarray]]] = {k: [[] for _ in range(depth)] for k in fields}
+    states: list[list[np.ndarray]] = [[] for _ in range(keep_states)]
+    logits_needed = bool({"ce", "kl", "argmax"} & set(fields))
+    for i in range(0, len(x), batch_size):
+        xb, yb = x[i:i + batch_size], y[i:i + batch_size].flatten()
+        e = model.inputs(xb)
+        h = model.initial_state(e) if h0 is None else h0[i:i + batch_size].to(e.dtype)
+        prev = cur = None  # log-probabilities of the previous and current loop (N, V)
+        for k in range(depth):
+            new = model.step(model.carry(h, first=k == 0), e)  # from H_k (loop 1: H_0)
+            values: dict[str, torch.Tensor] = {}
+            if logits_needed:
+                logits = model.read(new, last=True).flatten(0, 1)
+                n = len(logits)
+                dev = logits.device
+                if "kl" in fields and cur is None:
+                    cur = torch.empty(logits.shape, dtype=torch.float32, device=dev)
+                ce = torch.empty(n, device=dev)
+                kl = torch.full((n,), float("nan"), device=dev)
+                argmax = torch.empty(n, dtype=torch.long, device=dev)
+                for r in row_chunks(n, logits.shape[-1]):
+                    logp = F.log_softmax(logits[r].float(), dim=-1)
+                    ce[r] = -logp.gather(-1, yb[r, None])[:, 0]
+                    if prev is not None and "kl" in fields:
+                        kl[r] = kl_divergence(logp, prev[r])
+                    if "argmax" in fields:
+                        argmax[r] = logp.argmax(-1)
+                    if "kl" in fields:
+                        cur[r] = logp
+                values.update(ce=ce, kl=kl, argmax=argmax)
+                prev, cur = cur, prev
+            if "change" in fields:
+                values["change"] = relative_change(new.float(), h.float())
+            if "angle" in fields:
+                values["angle"] = angle(h, new)
+            for key in fields:
+                rows[key][k].append(values[key].flatten().cpu().numpy())
+            if k < keep_states:
+                states[k].append(new.float().flatten(0, 1).cpu().numpy())
+            h = new
+    cat = {key: np.stack([np.concatenate(r) for r in per]) for key, per in rows.items()}
+    return cat, (np.stack([np.concatenate(s) for s in states]) if states else None)
+
+
 def trajectory(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
                depth: int, batch_size: int, keep_states: int = 0) -> Trajectory:
     """Run every token to uniform depth `depth`, reading out every loop (module doc)."""
-    rows: dict[str, list[list[np.ndarray]]] = {
-        k: [[] for _ in range(depth)] for k in ("ce", "kl", "change", "angle", "argmax")}
-    states: list[list[np.ndarray]] = [[] for _ in range(keep_states)]
-    for i in range(0, len(x), batch_size):
-        xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        e = model.inputs(xb)
-        h = model.initial_state(e) if h0 is None else h0[i:i + batch_size].to(e.dtype)
-        prev = None
-        for k in range(depth):
-            new = model.step(model.carry(h, first=k == 0), e)  # from H_k (loop 1: H_0)
-            logp = F.log_softmax(model.read(new, last=True).float(), dim=-1)
-            values = {
-                "ce": -logp.gather(-1, yb[..., None])[..., 0],
-                "kl": (kl_divergence(logp, prev) if prev is not None
-                       else torch.full(yb.shape, float("nan"), device=yb.device)),
-                "change": relative_change(new.float(), h.float()),
-                "angle": angle(h, new),
-                "argmax": logp.argmax(-1),
-            }
-            for key, value in values.items():
-                rows[key][k].append(value.flatten().cpu().numpy())
-            if k < keep_states:
-                states[k].append(new.float().flatten(0, 1).cpu().numpy())
-            h, prev = new, logp
-    cat = {key: np.stack([np.concatenate(r) for r in per]) for key, per in rows.items()}
+    cat, states = _record(model, x, y, h0, depth, batch_size, FIELDS, keep_states)
     return Trajectory(ce=cat["ce"].astype(np.float64), kl=cat["kl"], change=cat["change"],
                       angle=cat["angle"], argmax=cat["argmax"].astype(np.int32),
-                      states=np.stack([np.concatenate(s) for s in states]) if states else None)
+                      states=states)
+
+
+def uniform_ce(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
+               depth: int, batch_size: int) -> np.ndarray:
+    """Per depth 1..depth and token, the CE of the prediction read at that loop:
+    trajectory(...).ce, bit for bit, without the KL, argmax and state math no reader
+    of the `choose` windows or of depth R's baseline needs. (depth, tokens), float64."""
+    return _record(model, x, y, h0, depth, batch_size, ("ce",), 0)[0]["ce"].astype(np.float64)
 
 
 def convergence_loop(kl: np.ndarray, eps: float) -> np.ndarray:

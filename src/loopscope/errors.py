@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
+from loopscope import timings
 
 
 class LoopscopeError(RuntimeError):
@@ -141,46 +141,21 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
-def peak_memory() -> int:
-    """Peak resident memory in bytes of this process or any child it waited for (a
-    report's notebook kernel), whichever is larger. ru_maxrss is in KiB on Linux (and
-    the BSDs) but in bytes on macOS, so the unit follows the platform."""
-    import resource  # POSIX only, so imported where it is used
-    unit = 1 if sys.platform == "darwin" else 1024
-    return unit * max(resource.getrusage(who).ru_maxrss
-                      for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-
-
-def process_seconds(since: float) -> float:
-    """Seconds since this process started (imports included), from psutil's process
-    start time; else (psutil cannot read it) since the perf_counter reading `since`.
-
-    On Linux psutil's create_time is boot time + the start's clock ticks, and the boot
-    time (/proc/stat btime) has whole seconds only, so time.time() - create_time can be
-    a second off; there create_time - boot_time (the exact ticks since boot) is taken
-    from CLOCK_BOOTTIME, the clock those ticks count on. Elsewhere (macOS) the start time
-    is exact to the microsecond and is taken from the wall clock.
-    """
-    try:
-        start = psutil.Process().create_time()
-        if hasattr(time, "CLOCK_BOOTTIME"):  # Linux
-            return time.clock_gettime(time.CLOCK_BOOTTIME) - (start - psutil.boot_time())
-        return time.time() - start
-    except (OSError, RuntimeError, psutil.Error):
-        return time.perf_counter() - since
-
-
-def run(main: Callable[[], None]) -> None:
+def run(main: Callable[[], None], stage: str | None = None) -> None:
     """Run a stage's main; print expected errors as one clear line and exit 1. On
-    success, end with the stage's wall time and peak memory: what a stage costs, read
-    off any run's log."""
+    success, end with the stage's wall time and peak memory: printed, and, for a stage
+    (its dvc.yaml name, train@backbone), written to metrics/stage_timings/<stage>.json
+    (loopscope.timings), so what a run cost is data."""
     start = time.perf_counter()
     try:
         main()
         name = " ".join([Path(sys.argv[0]).stem, *sys.argv[1:]])
+        seconds, peak = timings.process_seconds(start), timings.peak_memory()
+        if stage is not None and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0
+            write_json(timings.timings_file(stage), timings.record(seconds, peak))
         sys.stdout.flush()
-        print(f"{name}: {process_seconds(start):.1f} s, peak memory "
-              f"{format_bytes(peak_memory())}", file=sys.stderr, flush=True)
+        print(f"{name}: {seconds:.1f} s, peak memory {format_bytes(peak)}",
+              file=sys.stderr, flush=True)
     except LoopscopeError as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # a full disk or a read-only path, named by the OS error

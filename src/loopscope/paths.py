@@ -14,6 +14,7 @@ stages.
     extracts/<cell>/seed<N>/         per-loop hidden states of a validation slice
     metrics/<kind>/<cell>.json       per-cell metrics (kind: train, diagnose, clamp, ...)
     metrics/train_timings/<cell>.json   the training runs' wall times (vary between runs)
+    metrics/stage_timings/<stage>.json  each stage's wall time and peak memory (timings)
     metrics/headline.json            the few numbers `dvc exp show` should list
     tables/<kind>/<cell>.parquet     per-token or per-setting tables the reports draw
     tables/plots/<name>.csv          long tables across cells for `dvc plots` (loopscope.plots)
@@ -40,6 +41,8 @@ PLOTS = TABLES / "plots"
 # The metrics kind of the training runs' wall times: kept out of metrics/train/ and the
 # model files, which are then byte-identical for the same params.
 TRAIN_TIMINGS = "train_timings"
+# Each stage's wall time and peak memory (loopscope.timings), written by errors.run.
+STAGE_TIMINGS = METRICS / "stage_timings"
 REPORTS = Path("reports")
 REPORTS_HTML = REPORTS / "html"
 SEED_PREFIX = "seed"

@@ -11,6 +11,8 @@ Exit semantics, used by every policy here and matched by the fast runtime
 
 `masked_forward` is the reference: it computes every token at every loop and applies
 the exits by masking, so it costs as much as uniform depth; the runtime skips the work.
+A sweep of settings shares what they all compute: the loops before a batch's first exit
+are recorded once, from a never-exiting run, and replayed (record, replay), bit for bit.
 
 A policy is a small class with one interface, chosen by name (`make`), as Huginn's
 exit evaluators are (recpre/raven_modeling_minimal.py):
@@ -36,6 +38,29 @@ import torch.nn.functional as F
 
 from loopscope.claims import Documents
 from loopscope.model import LoopedLM
+
+# Per-token math over the vocabulary (log-softmax, KL, CE) runs on CHUNK_BYTES of rows
+# at a time: each temporary then stays in cache and on the reused heap, where a whole
+# (tokens x vocabulary) array (16 MiB for a batch of 2048 tokens and V = 2048) costs a
+# fresh mapping and a page fault per 4 KiB on every operation (memory.tune_heap's
+# measure setting). Row by row the results are bit-identical (tests/test_policies.py).
+# Side by side on a 2-core AMD EPYC (fp32), A1's KL signal over a batch of 2048 tokens
+# took 26 ms in 1 MiB chunks against 88 ms whole.
+CHUNK_BYTES = 1 << 20
+
+
+def row_chunks(n: int, width: int, itemsize: int = 4) -> list[slice]:
+    """Slices over n rows of `width` values, each about CHUNK_BYTES."""
+    rows = max(1, CHUNK_BYTES // max(1, width * itemsize))
+    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
+
+
+def token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy (N,) of logits (N, V) in fp32, in row chunks."""
+    out = torch.empty(len(targets), dtype=torch.float32, device=logits.device)
+    for rows in row_chunks(len(targets), logits.shape[-1]):
+        out[rows] = F.cross_entropy(logits[rows].float(), targets[rows], reduction="none")
+    return out
 
 
 class MaskedKV:
@@ -93,11 +118,31 @@ class Policy:
               idx: torch.Tensor) -> torch.Tensor:
         return torch.zeros(len(h), dtype=torch.bool, device=h.device)
 
+    def checks_before(self, cap: int) -> int:
+        """How many checks a token that never exits is part of, under a cap."""
+        return sum(self.checks_at(loop) for loop in range(1, cap))
+
+    def can_exit(self, cap: int) -> bool:
+        """False only where no token can exit before the cap, whatever the model does:
+        such a setting's outcome is that of any other that cannot (never_exits), so it
+        need not be run. True where it may (the conservative answer)."""
+        return self.checks_before(cap) > 0
+
+
+def never_exits(first: int = 1, every: int = 1) -> Policy:
+    """A policy that checks at a rule's loops and never exits: masked_forward gives it
+    the same states, CE, checks and angles as every setting whose can_exit is False
+    (tests/test_policies.py shows it bit for bit), without reading the head."""
+    return Policy(0.0, first, every)
+
 
 class Uniform(Policy):
     """A0: no token exits early; every token runs the cap (uniform depth r)."""
 
     def checks_at(self, loop: int) -> bool:
+        return False
+
+    def can_exit(self, cap: int) -> bool:
         return False
 
 
@@ -123,8 +168,20 @@ class _Compare(Policy):
         """The signal a token's first check compares with (None: nothing)."""
         return None
 
+    def can_exit(self, cap: int) -> bool:
+        """Every distance is >= 0 (norms, clamped KL and cosine distance), so a
+        threshold of 0 never fires."""
+        return self.threshold > 0 and super().can_exit(cap)
+
     def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
               idx: torch.Tensor) -> torch.Tensor:
+        if logits is None:
+            return self._check(h, None, idx)
+        return torch.cat([self._check(h[rows], logits[rows], idx[rows])
+                          for rows in row_chunks(len(logits), logits.shape[-1])])
+
+    def _check(self, h: torch.Tensor, logits: torch.Tensor | None, idx: torch.Tensor
+               ) -> torch.Tensor:
         now = self.signal(h, logits)
         if self.prev is None:  # no signal recorded yet: size the buffers
             self.remember(idx[:0], now[:0])
@@ -248,6 +305,12 @@ class ArgmaxStability(Policy):
         self.last: torch.Tensor | None = None
         self.stable: torch.Tensor | None = None
 
+    def can_exit(self, cap: int) -> bool:
+        """The first check has no previous argmax, so after n checks a token has been
+        stable at most n - 1 times."""
+        n = self.checks_before(cap)
+        return n > 0 and n - 1 >= self.threshold
+
     def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
               idx: torch.Tensor) -> torch.Tensor:
         now = logits.argmax(-1)
@@ -271,6 +334,10 @@ class Probe(Policy):
                  first: int = 1, every: int = 1) -> None:
         super().__init__(threshold, first, every)
         self.weight, self.bias = weight, bias
+
+    def can_exit(self, cap: int) -> bool:
+        """A probability is >= 0, so a threshold of 0 never fires."""
+        return self.threshold > 0 and super().can_exit(cap)
 
     def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
               idx: torch.Tensor) -> torch.Tensor:
@@ -318,11 +385,29 @@ class ExitRun:
     last_angle: torch.Tensor
 
 
+@dataclass
+class Loop:
+    """One loop of a run in which no token has exited yet: the new states (B, T, d),
+    each core block's keys and values as MaskedKV holds them after the loop, and the
+    angle of every token's update. Until a batch's first exit, every setting of every
+    rule computes exactly these, so they are computed once (record) and replayed."""
+
+    state: torch.Tensor
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    angle: torch.Tensor
+
+
 @torch.no_grad()
 def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
-                   h0: torch.Tensor | None = None) -> ExitRun:
+                   h0: torch.Tensor | None = None, replay: list[Loop] | None = None,
+                   record: list[Loop] | None = None) -> ExitRun:
     """The reference semantics (module doc): run up to `cap` loops, exiting tokens as
-    the policy says; tokens still active after loop `cap` exit there."""
+    the policy says; tokens still active after loop `cap` exit there.
+
+    record: a list that receives each loop while no token has exited. replay: such a
+    list from a run of the same batch: while no token has exited, its loops are taken
+    instead of computed (the same tensors bit for bit, since until the first exit a run
+    does not depend on its policy); the policy's checks still run on them."""
     e = model.inputs(idx)
     h = model.initial_state(e) if h0 is None else h0.to(e.dtype)
     kvs = [MaskedKV() for _ in model.core]
@@ -333,11 +418,21 @@ def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
     tokens = torch.arange(idx.numel(), device=idx.device)
     policy.reset(idx.numel())
     policy.begin(tokens, h.flatten(0, 1))
+    exited = False  # whether any token has exited yet
     for loop in range(1, cap + 1):
-        for kv in kvs:
-            kv.active = active
-        new = model.step(model.carry(h, first=loop == 1), e, kvs)
-        last_angle = torch.where(active, angle(h, new), last_angle)
+        if not exited and replay is not None and loop <= len(replay):
+            taken = replay[loop - 1]
+            for kv, (k, v) in zip(kvs, taken.kv, strict=True):
+                kv.k, kv.v = k, v
+            new, turned = taken.state, taken.angle
+        else:
+            for kv in kvs:
+                kv.active = active
+            new = model.step(model.carry(h, first=loop == 1), e, kvs)
+            turned = angle(h, new)
+            if not exited and record is not None:
+                record.append(Loop(new, [(kv.k, kv.v) for kv in kvs], turned))
+        last_angle = torch.where(active, turned, last_angle)
         h = torch.where(active[..., None], new, h)
         if loop == cap or not policy.checks_at(loop):
             continue
@@ -347,6 +442,7 @@ def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
         leaving = policy.check(loops, h.flatten(0, 1), logits, tokens).view(idx.shape) & active
         exit_loop[leaving] = loop
         active &= ~leaving
+        exited = exited or bool(leaving.any())
         if not active.any():
             break
     return ExitRun(model.read(h, last=True), h, exit_loop, checks, last_angle)
@@ -374,13 +470,23 @@ class PolicyResult:
 
 @torch.no_grad()
 def evaluate(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
-             policy: Policy, cap: int, batch_size: int) -> PolicyResult:
-    """Run masked_forward over windows (x, y) in batches; per-token results."""
+             policy: Policy, cap: int, batch_size: int,
+             replay: list[list[Loop]] | None = None,
+             record: list[list[Loop]] | None = None) -> PolicyResult:
+    """Run masked_forward over windows (x, y) in batches; per-token results. record: a
+    list that receives each batch's loops before its first exit; replay: such a list
+    (see masked_forward). Recording a never-exiting run (never_exits) and replaying it
+    for every setting of a sweep gives every setting its exact result."""
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ce", "exit", "checks", "angle")}
-    for i in range(0, len(x), batch_size):
+    for n, i in enumerate(range(0, len(x), batch_size)):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
-        run = masked_forward(model, xb, policy, cap, None if h0 is None else h0[i:i + batch_size])
-        ce = F.cross_entropy(run.logits.flatten(0, 1).float(), yb.flatten(), reduction="none")
+        kept = None if record is None else []
+        run = masked_forward(model, xb, policy, cap,
+                             None if h0 is None else h0[i:i + batch_size],
+                             None if replay is None else replay[n], kept)
+        if record is not None:
+            record.append(kept)
+        ce = token_ce(run.logits.flatten(0, 1), yb.flatten())
         parts["ce"].append(ce.double().cpu().numpy())
         parts["exit"].append(run.exit_loop.flatten().cpu().numpy())
         parts["checks"].append(run.checks.flatten().cpu().numpy())

@@ -50,7 +50,10 @@ def verdict(row: dict[str, Any]) -> str:
 
 
 def _group(row: dict[str, Any]) -> str:
-    return "reference" if row["recipe"].startswith("paper A's reference") else "ours"
+    """A paper A row's recipe group; a row with no recipe (a claim "not shown" because
+    params.yaml has no paper A cells, as in the paper B presets) is ours."""
+    return ("reference" if row.get("recipe", "").startswith("paper A's reference")
+            else "ours")
 
 
 def verdict_rows(claims: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
