@@ -30,7 +30,7 @@ from loopscope.plan import (
     step_efficiency,
     train_flops_per_token,
 )
-from loopscope.timings import cpu_model
+from loopscope.timings import TRAINING, cpu_model
 from loopscope.tokenizer import encode, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -403,7 +403,7 @@ def test_measuring_stages_are_dvc_yaml_s():
     counted = {**{s: "${cells}" for s in plan_module.PER_CELL_STAGES},
                **{s: "${policies.cells}" for s in plan_module.POLICY_STAGES},
                **{s: None for s in plan_module.ONCE_STAGES + plan_module.REPORT_STAGES}}
-    training = set(plan_module.TRAINING_STAGES)
+    training = set(TRAINING)
     assert set(stages) == set(counted) | training
     for name, foreach in counted.items():
         assert stages[name].get("foreach") == foreach, name

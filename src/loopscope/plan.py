@@ -85,12 +85,11 @@ PROBE_FLOPS = 2e10  # a forward probe's batch is cut to about this many FLOPs pe
 STAGE_SECONDS = 4.0
 REPORT_SECONDS = 15.0
 # The measuring stages as dvc.yaml builds them: once per cell, once per policies.cell,
-# once; the reports. Training's own (TRAINING_STAGES) are timed by their FLOPs.
+# once; the reports. Training's own (timings.TRAINING) are timed by their FLOPs.
 PER_CELL_STAGES = ("extract", "diagnose", "clamp", "convergence")
 POLICY_STAGES = ("policies",)
 ONCE_STAGES = ("throughput", "bench_exits", "headline", "claims", "plots", "summary")
 REPORT_STAGES = ("report_blind_spot", "report_convergence", "report_index")
-TRAINING_STAGES = ("configure", "prepare", "train")
 CLAMP_PASSES = 2  # clamp@<cell>: one pass per mode (loopscope.diagnostics.CLAMP_MODES)
 BENCH_POLICIES = 3  # bench_exits times kl, latent-diff, cosine (loopscope.bench.RULES)
 SAMPLE_BYTES = 2_000_000  # text the estimate's tokenizer sees: seconds, even at 32k BPE
