@@ -71,7 +71,7 @@ SCREENSHOT_HEIGHT ?= 20000
 screenshots: $(STAMP)
 	@command -v chromium >/dev/null || { echo "make screenshots: no chromium on PATH;" \
 	  "install Debian's package: sudo apt-get install -y chromium" >&2; exit 1; }
-	$(BIN)/python -m loopscope.report screenshots $(SCREENSHOT_HTML) $(SCREENSHOT_DIR) \
+	$(BIN)/python -m loopscope.screenshots $(SCREENSHOT_HTML) $(SCREENSHOT_DIR) \
 	  --width $(SCREENSHOT_WIDTH) --height $(SCREENSHOT_HEIGHT)
 
 lint: $(STAMP)

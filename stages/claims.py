@@ -1,15 +1,16 @@
 """Stage claims: every verdict of both papers, judged once, as data.
 
-Writes tables/claims.json (loopscope.report.judge): paper A's claims in each recipe
+Writes tables/claims.json (loopscope.claims.judge): paper A's claims in each recipe
 group and paper B's, each row with its criterion, value, interval and verdict; the
 verdict counts; and what the recipe does to paper A's drift magnitude. The reports
 render it; `dvc exp run` keeps one per experiment, so a run with other seeds compares
 claim by claim (`git diff` or `dvc exp diff` on this file).
 """
 
+from loopscope.claims import judge
 from loopscope.errors import run, write_json
 from loopscope.params import load_params
-from loopscope.report import CLAIMS, judge
+from loopscope.paths import CLAIMS
 
 
 def main() -> None:

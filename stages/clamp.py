@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from loopscope import memory, paths
-from loopscope.claims import bootstrap_mean
 from loopscope.diagnostics import CLAMP_MODES, clamped_ce
 from loopscope.errors import DataError, require_output, run, write_json
 from loopscope.params import load_params
 from loopscope.runs import trained_runs
+from loopscope.stats import bootstrap_mean
 
 
 def main() -> None:

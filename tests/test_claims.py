@@ -6,21 +6,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loopscope.claims import (
-    FEWEST_UNITS,
-    CellA,
+from loopscope.paper_a import CellA, init_effect, paper_a_claims
+from loopscope.paper_b import paper_b_claims
+from loopscope.stats import (
     Documents,
     Interval,
     at_least,
     bootstrap,
     bootstrap_mean,
     effect,
-    init_effect,
     negligible,
-    paper_a_claims,
-    paper_b_claims,
     table,
 )
+from loopscope.units import FEWEST_UNITS
 
 
 def iv(value, lo=None, hi=None):

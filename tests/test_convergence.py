@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-from loopscope.claims import paper_b_claims
 from loopscope.convergence import (
     TOKEN_TYPES,
     Trajectory,
@@ -16,6 +15,7 @@ from loopscope.convergence import (
 )
 from loopscope.data import document_ids
 from loopscope.errors import DataError
+from loopscope.paper_b import paper_b_claims
 from loopscope.policies import PolicyResult
 from loopscope.runs import document_window_sets
 

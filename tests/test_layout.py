@@ -115,6 +115,35 @@ def test_the_check_fails_when_a_dependency_is_deleted():
     assert "data" in runs - listed_modules(crippled)
 
 
+# The claims modules, and the stages that may import them: everything else measures, and
+# a measurement must not rerun because a claim was reworded.
+CLAIMS_MODULES = {"claims", "paper_a", "paper_b"}
+JUDGING_STAGES = {"claims", "report_blind_spot", "report_convergence", "report_index"}
+
+
+def claims_imported(name: str, files: list[Path]) -> set[str]:
+    """The claims modules that stage `name`, executing `files`, runs but may not."""
+    if name.split("@")[0] in JUDGING_STAGES:
+        return set()
+    return set().union(*(closure(f) for f in files)) & CLAIMS_MODULES
+
+
+@pytest.mark.parametrize("name, stage", STAGES, ids=[n for n, _ in STAGES])
+def test_no_measuring_stage_imports_a_claims_module(name, stage):
+    found = claims_imported(name, entries(stage))
+    assert not found, (f"{name} imports {sorted(found)}: measuring code takes its statistics "
+                       "from loopscope.stats")
+
+
+def test_the_claims_import_check_fails_on_a_measuring_stage_that_imports_one(tmp_path):
+    """The test above can fail: a measuring stage's script that imports paper A's claims
+    is caught, the claims stage running the same script is not."""
+    script = tmp_path / "diagnose.py"
+    script.write_text("from loopscope.paper_a import CellA\n")
+    assert claims_imported("diagnose@backbone", [script]) == {"paper_a"}
+    assert claims_imported("claims", [script]) == set()
+
+
 def outs(stage: dict) -> set[str]:
     found = set()
     for key in ("outs", "metrics", "plots"):

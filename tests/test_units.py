@@ -5,9 +5,9 @@ import numpy as np
 import torch
 from test_data import prepare
 
-from loopscope.claims import Documents, effect, negligible
 from loopscope.data import document_ids, load_tokenizer, load_tokens, window_sets
 from loopscope.runs import document_window_sets
+from loopscope.stats import Documents, effect, negligible
 from loopscope.tokenizer import EOS
 from loopscope.units import FEWEST_UNITS, MIN_UNITS, blocks, resampling_units
 

@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 
-from loopscope.claims import SMALLEST_TYPE, Documents, bootstrap_mean
 from loopscope.config import TrainConfig
 from loopscope.depth import LogNormal, sampler
 from loopscope.model import LoopedLM
@@ -34,6 +33,7 @@ from loopscope.policies import (
     row_chunks,
     train_probe,
 )
+from loopscope.stats import SMALLEST_TYPE, Documents, bootstrap_mean
 
 # The token types, in the order they are tested (the first that matches wins).
 TOKEN_TYPES = ("whitespace", "punctuation", "number", "function word", "content word")

@@ -38,6 +38,9 @@ HEADLINE = METRICS / "headline.json"
 TABLES = Path("tables")
 BENCH = METRICS / "bench"
 PLOTS = TABLES / "plots"
+# Every verdict of both papers, as data: written by the claims stage, rendered by the
+# reports (and kept per experiment, so runs with other seeds compare claim by claim).
+CLAIMS = TABLES / "claims.json"
 # The metrics kind of the training runs' wall times: kept out of metrics/train/ and the
 # model files, which are then byte-identical for the same params.
 TRAIN_TIMINGS = "train_timings"

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from loopscope.claims import Documents
 from loopscope.model import LoopedLM
+from loopscope.stats import Documents
 
 # Per-token math over the vocabulary (log-softmax, KL, CE) runs on CHUNK_BYTES of rows
 # at a time: each temporary then stays in cache and on the reused heap, where a whole

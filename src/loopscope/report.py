@@ -1,25 +1,19 @@
 """Reports: papermill executes a notebook template, nbconvert writes a self-contained
-HTML page (titled, nothing loaded from another site); the helpers the notebooks share;
-and `python -m loopscope.report screenshots` (make screenshots), which renders the pages
-to PNG in headless Chromium."""
+HTML page (titled, nothing loaded from another site); and the helpers the notebooks
+share. Screenshots of the rendered pages are loopscope.screenshots (no stage runs it)."""
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import nbformat
-import numpy as np
 import pandas as pd
 import papermill as pm
 import torch
@@ -27,14 +21,8 @@ from jupyter_client.manager import KernelManager
 from nbconvert import HTMLExporter
 
 from loopscope import paths
-from loopscope.claims import CellA, init_effect, paper_a_claims, paper_b_claims, table
-from loopscope.config import CellConfig, load_cell
-from loopscope.depth import SAMPLERS
-from loopscope.errors import atomic_write_bytes, require_output
-
-# Every verdict of both papers, as data: written by the claims stage, rendered by the
-# reports (and kept per experiment, so runs with other seeds compare claim by claim).
-CLAIMS = paths.TABLES / "claims.json"
+from loopscope.config import load_cell
+from loopscope.errors import atomic_write_bytes
 
 # nbconvert's `lab` page with every block that loads a script from a CDN emptied:
 # require.js (only widgets and old-style JS outputs need it; the reports have neither),
@@ -58,95 +46,6 @@ def table_display() -> None:
     pd.set_option("styler.format.precision", 4)
     pd.set_option("styler.format.na_rep", "-")
     pd.set_option("display.float_format", lambda v: "-" if v != v else f"{v:.4g}")
-
-
-def cell_group(cell: CellConfig) -> str:
-    """Which group of paper A's comparisons a cell belongs to: the normed baseline, a
-    scale-controlled variant (raw readout, norm penalty or inter-loop norm), final-norm
-    only, or a paper B backbone (sampled depth), which no paper A claim uses."""
-    m, t = cell.model, cell.train
-    if SAMPLERS[t.depth].varies:
-        return "paper B backbone"
-    if m.inter_loop_norm or t.norm_penalty > 0 or m.readout == "raw":
-        return "scale-controlled"
-    return "normed baseline" if m.readout == "normed" else "final-norm only"
-
-
-def recipe(cell: CellConfig) -> str:
-    """A label for a cell's training recipe: architecture and init (what paper A's
-    reference code uses is named so), then the schedule (ours unless it is the
-    reference's constant lr 3e-4 with AdamW betas 0.9/0.999). Paper A's cells are
-    compared within one recipe."""
-    m, t = cell.model, cell.train
-    reference = m.init == "paper_a" and m.ffn == "swiglu" and t.decay_on == "all"
-    arch = ("paper A's reference architecture and init" if reference else "ours")
-    arch += f" (init {m.init}, {m.ffn}, decay on {t.decay_on})"
-    warm = f", warm-up {t.warmup_steps}" if t.warmup_steps else ""
-    theirs = t.schedule == "constant" and t.lr == 3e-4 and tuple(t.betas) == (0.9, 0.999)
-    return (f"{arch}; schedule {'paper A' if theirs else 'ours'} ({t.schedule} lr {t.lr:g}"
-            f"{warm}, betas {t.betas[0]:g}/{t.betas[1]:g})")
-
-
-def paper_a_cells(cells: list[str]) -> dict[str, CellA]:
-    """claims.CellA of each cell, read from configs/, tables/diagnose, tables/sweep,
-    metrics/clamp, metrics/throughput and metrics/diagnose (its resampling unit); a
-    missing file names the stage to run."""
-    def table(kind: str, cell: str) -> pd.DataFrame:
-        return pd.read_parquet(require_output(paths.table_file(kind, cell),
-                                              f"diagnose@{cell}"))
-
-    def metrics(kind: str, cell: str) -> dict[str, Any]:
-        path = paths.metrics_file(kind, cell)
-        stage = kind if kind == "throughput" else f"{kind}@{cell}"
-        return json.loads(require_output(path, stage).read_text())
-
-    out = {}
-    for c in cells:
-        cfg = load_cell(paths.config_file(c))
-        speed = metrics("throughput", c)
-        out[c] = CellA(cell_group(cfg), cfg.train.loss, cfg.model.readout, recipe(cfg),
-                       cfg.model.loops, table("diagnose", c), table("sweep", c),
-                       metrics("clamp", c), speed["tokens_per_s"], speed["flops_per_token"],
-                       metrics("diagnose", c).get("unit", "document"))
-    return out
-
-
-def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str | None]:
-    """(main, second) of the paper B backbones: the one with the deepest training mean
-    (paper B's main setting, mean 8) and the shallowest other one (its saturation test,
-    mean 4); None where absent."""
-    by_depth = sorted(configs, key=lambda c: configs[c].model.loops)
-    if not by_depth:
-        return None, None
-    main, second = by_depth[-1], by_depth[0]
-    return main, second if configs[second].model.loops != configs[main].model.loops else None
-
-
-def judge(cells: list[str], policy_cells: list[str], margin: float, resamples: int
-          ) -> dict[str, Any]:
-    """Both papers' claims on this run's outputs (tables/claims.json): each table as
-    rows (loopscope.claims.table), the verdict counts, and the sentence on what the
-    recipe does to paper A's drift magnitude."""
-    configs = {c: load_cell(paths.config_file(c)) for c in cells}
-    groups = {c: cell_group(configs[c]) for c in cells}
-    data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"])
-    main, second = paper_b_backbones({c: configs[c] for c in cells
-                                      if groups[c] == "paper B backbone"})
-
-    def read(kind: str, cell: str) -> dict[str, Any]:
-        path = paths.metrics_file(kind, cell)
-        return json.loads(require_output(path, f"{kind}@{cell}").read_text())
-
-    found = {"paper_a": paper_a_claims(data, margin, resamples),
-             "paper_b": paper_b_claims({c: read("convergence", c) for c in cells},
-                                       {c: read("policies", c) for c in policy_cells},
-                                       main, second)}
-    out: dict[str, Any] = {k: table(v) for k, v in found.items()}
-    out["counts"] = {k: {verdict: sum(c.verdict == verdict for c in v)
-                         for verdict in ("holds", "contradicted", "inconclusive", "not shown")}
-                     for k, v in found.items()}
-    out["init_effect"] = init_effect(data, resamples)
-    return out
 
 
 def training_precision() -> str:
@@ -241,74 +140,3 @@ def render(template: Path, html_out: Path, parameters: dict[str, Any], timeout_s
     body = export_html(nb)
     html_out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(html_out, body.encode())
-
-
-# Screenshots: `make screenshots` renders each reports/html page in headless Chromium, to
-# look at a run's reports as a reader will without opening a browser.
-SCREENSHOT_WIDTH = 1400  # px: the reports' widest figures (about 1300 px) fit unscaled
-# The viewport is this tall, then the blank rows below the page are cut off: headless
-# Chromium's --screenshot captures the viewport, not the page, and has no full-page
-# option. 20000 px holds the longest report with room to spare (convergence: ~10000).
-SCREENSHOT_MAX_HEIGHT = 20000
-CHROMIUM_PACKAGE = "chromium"  # Debian's package, and the command it installs
-
-
-def screenshot(page: Path, png: Path, width: int = SCREENSHOT_WIDTH,
-               max_height: int = SCREENSHOT_MAX_HEIGHT) -> int:
-    """Write a full-page PNG of an HTML page; returns its height in px.
-
-    Chromium runs headless, offline (every host name resolves to nothing: the PNG shows
-    the page as a reader without network sees it), with its own throwaway profile. A
-    page taller than max_height raises, rather than being cut silently."""
-    from PIL import Image  # matplotlib's dependency; only screenshots need it
-
-    browser = shutil.which(CHROMIUM_PACKAGE)
-    if browser is None:
-        raise FileNotFoundError(f"screenshots need headless Chromium: apt-get install -y "
-                                f"{CHROMIUM_PACKAGE} (Debian's package)")
-    png.parent.mkdir(parents=True, exist_ok=True)
-    png.unlink(missing_ok=True)  # a PNG left by an earlier run must not pass for this one
-    with tempfile.TemporaryDirectory() as profile:
-        cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-               "--force-device-scale-factor=1", "--host-resolver-rules=MAP * ~NOTFOUND",
-               f"--user-data-dir={profile}", f"--window-size={width},{max_height}",
-               f"--screenshot={png.resolve()}", page.resolve().as_uri()]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0 or not png.is_file():
-        raise RuntimeError(f"{browser} failed on {page} ({done.returncode}): "
-                           f"{done.stderr.strip()[-2000:]}")
-    with Image.open(png) as im:
-        rgb = np.asarray(im.convert("RGB"))
-    # the last row that differs from the page's background (the bottom-left pixel)
-    drawn = np.nonzero((rgb != rgb[-1, 0]).any(axis=(1, 2)))[0]
-    bottom = int(drawn[-1]) if len(drawn) else 0
-    if bottom >= rgb.shape[0] - 1:
-        raise ValueError(f"{page} is taller than {max_height} px: raise the height "
-                         "(make screenshots SCREENSHOT_HEIGHT=...)")
-    height = min(rgb.shape[0], bottom + 24)  # keep a margin below the page's last line
-    Image.fromarray(rgb[:height]).save(png)
-    return height
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m loopscope.report screenshots [HTML_DIR] [PNG_DIR]`: one PNG per page."""
-    parser = argparse.ArgumentParser(prog="python -m loopscope.report")
-    parser.add_argument("command", choices=["screenshots"])
-    parser.add_argument("html_dir", nargs="?", type=Path, default=paths.REPORTS_HTML)
-    parser.add_argument("png_dir", nargs="?", type=Path,
-                        default=paths.REPORTS / "screenshots")
-    parser.add_argument("--width", type=int, default=SCREENSHOT_WIDTH)
-    parser.add_argument("--height", type=int, default=SCREENSHOT_MAX_HEIGHT,
-                        help="the tallest page the viewport holds (px)")
-    args = parser.parse_args(argv)
-    pages = sorted(args.html_dir.glob("*.html"))
-    if not pages:
-        sys.exit(f"no *.html in {args.html_dir}: render the reports first (dvc repro)")
-    for page in pages:
-        png = args.png_dir / f"{page.stem}.png"
-        height = screenshot(page, png, args.width, args.height)
-        print(f"{png}: {args.width} x {height} px")
-
-
-if __name__ == "__main__":
-    main()

@@ -253,7 +253,7 @@ def read_timings(cells: list[str]) -> dict[str, Any]:
 def inputs(cells: list[str]) -> dict[str, Any]:
     """Everything the generated text is a function of, read from the run's files."""
     bench = _read(BENCH_EXITS)
-    return {"claims": _read(paths.TABLES / "claims.json"), "headline": _read(paths.HEADLINE),
+    return {"claims": _read(paths.CLAIMS), "headline": _read(paths.HEADLINE),
             "timings": read_timings(cells), "bench": bench, "machine": machine_of(bench)}
 
 

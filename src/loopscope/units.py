@@ -6,7 +6,7 @@ loopscope.data). A corpus of a few long files has too few of them: two files gav
 intervals of near-zero width, decided either way. So where the windows measured span
 fewer than FEWEST_UNITS documents the unit is a block of consecutive windows within a
 document, sized to give at least MIN_UNITS; and a claim resting on fewer than
-FEWEST_UNITS units is inconclusive whatever its interval (loopscope.claims.decides).
+FEWEST_UNITS units is inconclusive whatever its interval (loopscope.stats.decides).
 Every metrics file with intervals records its unit and their count.
 """
 
