@@ -365,6 +365,9 @@ def test_the_sampler_mean_follows_its_convention(convention, mean):
 def test_useful_depth_is_the_first_within_tolerance_of_the_best():
     assert useful_depth(np.array([3.0, 2.5, 2.198, 2.195, 2.19, 2.2]), 0.01) == 3
     assert useful_depth(np.array([3.0, 2.0]), 0.01) == 2
+    # per draw, as convergence.summarize calls it: one column per resample
+    draws = np.array([[3.0, 3.0], [2.5, 2.0], [2.198, 2.3], [2.19, 2.2]])
+    assert useful_depth(draws, 0.01).tolist() == [3, 2]
 
 
 @pytest.mark.parametrize("text, kind", [

@@ -21,6 +21,17 @@ def cell_group(cell: CellConfig) -> str:
     return "normed baseline" if m.readout == "normed" else "final-norm only"
 
 
+def control(cell: CellConfig) -> str:
+    """What controls a scale-controlled cell's recurrent scale, in paper A's words (""
+    for any other cell): the claims name the controls a recipe group has."""
+    m, t = cell.model, cell.train
+    if cell_group(cell) != "scale-controlled":
+        return ""
+    return ", ".join(name for name, on in (("raw readout", m.readout == "raw"),
+                                           ("norm penalty", t.norm_penalty > 0),
+                                           ("inter-loop norm", m.inter_loop_norm)) if on)
+
+
 def recipe(cell: CellConfig) -> str:
     """A label for a cell's training recipe: architecture and init (what paper A's
     reference code uses is named so), then the schedule (ours unless it is the
@@ -37,9 +48,10 @@ def recipe(cell: CellConfig) -> str:
 
 
 def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str | None]:
-    """(main, second) of the paper B backbones: the one with the deepest training mean
-    (paper B's main setting, mean 8) and the shallowest other one (its saturation test,
-    mean 4); None where absent."""
+    """(main, second) of the paper B backbones: the one with the largest evaluation
+    depth R (model.loops; paper B's main setting, mean 8) and the one with the smallest
+    other R (its saturation test, mean 4); None where absent. The training mean follows
+    R (depth_mean), so this is also the order of the training means."""
     by_depth = sorted(configs, key=lambda c: configs[c].model.loops)
     if not by_depth:
         return None, None

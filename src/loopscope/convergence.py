@@ -332,10 +332,11 @@ def convergence_loop(kl: np.ndarray, eps: float) -> np.ndarray:
     return np.where(above.any(axis=0), d - last_from_end + 1, 2).astype(np.int32)
 
 
-def useful_depth(ce_by_depth: np.ndarray, tolerance: float) -> int:
-    """Saturation: the smallest depth whose mean CE is within tolerance of the best."""
+def useful_depth(ce_by_depth: np.ndarray, tolerance: float) -> np.ndarray:
+    """Saturation: the smallest depth whose mean CE is within tolerance of the best; of
+    each column where ce_by_depth is (depths, draws)."""
     ce_by_depth = np.asarray(ce_by_depth)
-    return int(np.argmax(ce_by_depth <= ce_by_depth.min() + tolerance)) + 1
+    return np.argmax(ce_by_depth <= ce_by_depth.min(axis=0) + tolerance, axis=0) + 1
 
 
 def argmax_changes_later(argmax: np.ndarray, upto: int) -> np.ndarray:
@@ -392,8 +393,7 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, reference: 
     half = max(r // 2, 1)
     late = min(2 * r, d)
     past = np.abs(ce[r - 1:] - ce[r - 1])  # |CE(D') - CE(R)|, D' = R..D
-    best = ce.min(axis=0)
-    useful = np.argmax(ce <= best + tolerance, axis=0) + 1
+    useful = useful_depth(ce, tolerance)
     out: dict[str, Any] = {
         "reference_depth": r, "sampler_mean": sampler_mean, "max_depth": d,
         "tokens": int(traj.ce.shape[1]), "units": len(boot.ids),

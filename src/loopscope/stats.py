@@ -240,7 +240,10 @@ def inside(iv: Interval, lo: float, hi: float) -> Verdict:
 
 def all_of(verdicts: list[Verdict]) -> Verdict:
     """A claim about every cell of a group: contradicted if one contradicts it, holds
-    if all hold, otherwise inconclusive."""
+    if all hold, otherwise inconclusive; "not shown" with nothing to judge (a claim
+    about every cell of none must not hold)."""
+    if not verdicts:
+        return "not shown"
     if "contradicted" in verdicts:
         return "contradicted"
     return "holds" if all(v == "holds" for v in verdicts) else "inconclusive"
