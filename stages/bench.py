@@ -7,7 +7,7 @@ apart from the reproducible metrics) -> metrics/bench/exits.json."""
 import sys
 
 from loopscope.bench import main
-from loopscope.errors import run
+from loopscope.stage import run
 
 if __name__ == "__main__":
     run(lambda: main(sys.argv[1:]), stage="bench_exits")

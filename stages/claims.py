@@ -8,9 +8,10 @@ claim by claim (`git diff` or `dvc exp diff` on this file).
 """
 
 from loopscope.claims import judge
-from loopscope.errors import run, write_json
+from loopscope.outputs import write_json
 from loopscope.params import load_params
 from loopscope.paths import CLAIMS
+from loopscope.stage import run
 
 
 def main() -> None:

@@ -15,9 +15,11 @@ import pandas as pd
 
 from loopscope import memory, paths
 from loopscope.diagnostics import CLAMP_MODES, clamped_ce
-from loopscope.errors import DataError, require_output, run, write_json
+from loopscope.errors import DataError, require_output
+from loopscope.outputs import write_json
 from loopscope.params import load_params
 from loopscope.runs import trained_runs
+from loopscope.stage import run
 from loopscope.stats import bootstrap_mean
 
 

@@ -12,8 +12,9 @@ import dataclasses
 from collections import Counter
 
 from loopscope import compute, paths
-from loopscope.errors import atomic_write_bytes, run
+from loopscope.outputs import atomic_write_bytes
 from loopscope.params import load_params, resolve_cell
+from loopscope.stage import run
 
 
 def main() -> None:

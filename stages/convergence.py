@@ -39,10 +39,11 @@ from loopscope.convergence import (
     window_types,
 )
 from loopscope.data import load_tokenizer
-from loopscope.errors import atomic_output, run, write_json
+from loopscope.outputs import atomic_output, write_json
 from loopscope.params import load_params
 from loopscope.policies import KL, evaluate, pool
 from loopscope.runs import trained_runs
+from loopscope.stage import run
 
 
 def main() -> None:

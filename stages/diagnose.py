@@ -19,9 +19,10 @@ import pandas as pd
 
 from loopscope import memory, paths
 from loopscope.diagnostics import Measured, measure, summarize
-from loopscope.errors import atomic_output, run, write_json
+from loopscope.outputs import atomic_output, write_json
 from loopscope.params import load_params
 from loopscope.runs import trained_runs
+from loopscope.stage import run
 from loopscope.units import Units
 
 

@@ -5,9 +5,9 @@ import sys
 
 from loopscope import memory, paths
 from loopscope.diagnostics import write_extract
-from loopscope.errors import run
 from loopscope.params import load_params
 from loopscope.runs import trained_runs
+from loopscope.stage import run
 
 
 def main() -> None:

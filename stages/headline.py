@@ -11,9 +11,9 @@ Null where no threshold matched or the policies were not swept.
 """
 
 from loopscope import paths
-from loopscope.errors import run, write_json
+from loopscope.outputs import read_metrics, write_json
 from loopscope.params import load_params, resolve_cell
-from loopscope.plots import read_metrics
+from loopscope.stage import run
 
 
 def main() -> None:

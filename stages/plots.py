@@ -2,9 +2,10 @@
 (loopscope.plots) -> tables/plots/<name>.csv."""
 
 from loopscope import paths
-from loopscope.errors import atomic_output, run
+from loopscope.outputs import atomic_output
 from loopscope.params import load_params
 from loopscope.plots import tables
+from loopscope.stage import run
 
 
 def main() -> None:

@@ -21,10 +21,11 @@ from tqdm import tqdm
 
 from loopscope import paths
 from loopscope.convergence import fit_probe, trajectory, uniform_ce
-from loopscope.errors import atomic_output, run, write_json
+from loopscope.outputs import atomic_output, write_json
 from loopscope.params import load_params
 from loopscope.policies import evaluate, make, never_exits, pool, settings, summarize
 from loopscope.runs import trained_runs
+from loopscope.stage import run
 from loopscope.units import Units
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from loopscope import paths
 from loopscope.corpus import check_source
 from loopscope.data import Corpus, write_prepared
-from loopscope.errors import run
 from loopscope.params import load_params
+from loopscope.stage import run
 from loopscope.tokenizer import document_pieces, encode, train_tokenizer
 
 

@@ -4,9 +4,9 @@ import sys
 
 from loopscope import paths
 from loopscope.config import load_cell
-from loopscope.errors import run
 from loopscope.params import load_params
 from loopscope.report import render
+from loopscope.stage import run
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ generated blocks of README.md (the verdicts at a glance, the training cost), so 
 result in README or docs is typed by hand.
 """
 
-from loopscope.errors import run
 from loopscope.params import load_params
+from loopscope.stage import run
 from loopscope.summary import NORM_FIGURE, RESULTS_PAGE, write
 
 

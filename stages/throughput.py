@@ -11,9 +11,10 @@ kept apart from the reproducible metrics; the first seed's model of each cell is
 
 from loopscope import paths
 from loopscope.diagnostics import Timed, throughput
-from loopscope.errors import run, write_json
+from loopscope.outputs import write_json
 from loopscope.params import load_params
 from loopscope.runs import trained_runs
+from loopscope.stage import run
 
 
 def main() -> None:

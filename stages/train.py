@@ -31,7 +31,9 @@ from loopscope import compute, memory, paths
 from loopscope.checkpoint import discard_resume, model_file_bytes, resume_file_bytes, save_model
 from loopscope.config import CellConfig, load_cell
 from loopscope.data import check_context, load_meta, load_tokens
-from loopscope.errors import require_disk, run, write_json
+from loopscope.errors import require_disk
+from loopscope.outputs import write_json
+from loopscope.stage import run
 from loopscope.train import init_distributed, train_cell, world
 
 

@@ -31,15 +31,10 @@ from loopscope import paths, timings
 from loopscope.checkpoint import discard_resume, load_model, save_model
 from loopscope.config import TrainConfig
 from loopscope.data import check_context, write_prepared
-from loopscope.errors import (
-    CheckpointError,
-    CollapseError,
-    DataError,
-    run,
-    temp_path,
-    write_json,
-)
+from loopscope.errors import CheckpointError, CollapseError, DataError
+from loopscope.outputs import temp_path, write_json
 from loopscope.params import load_params, resolve_cell
+from loopscope.stage import run
 from loopscope.tokenizer import train_tokenizer
 from loopscope.train import check_collapse, train_cell
 

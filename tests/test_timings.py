@@ -1,4 +1,4 @@
-"""What a stage cost, as data: errors.run writes metrics/stage_timings/<stage>.json and
+"""What a stage cost, as data: stage.run writes metrics/stage_timings/<stage>.json and
 loopscope.timings sums training against measuring."""
 
 import json
@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from loopscope import errors, timings
+from loopscope import errors, stage, timings
 
 
 def test_run_writes_the_stage_timings_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["policies.py", "backbone"])
-    errors.run(lambda: None, stage="policies@backbone")
+    stage.run(lambda: None, stage="policies@backbone")
     got = json.loads((tmp_path / "metrics/stage_timings/policies@backbone.json").read_text())
     assert set(got) == {"seconds", "peak_memory_bytes", "cpu", "cores"}
     assert got["seconds"] > 0 and got["peak_memory_bytes"] > 2**20
@@ -25,14 +25,14 @@ def test_a_failed_stage_writes_no_timings(tmp_path, monkeypatch):
     def fails() -> None:
         raise errors.DataError("prepared/val.bin: not found")
     with pytest.raises(SystemExit, match="prepared/val.bin"):
-        errors.run(fails, stage="extract@backbone")
+        stage.run(fails, stage="extract@backbone")
     assert not (tmp_path / "metrics").exists()
 
 
 def test_only_rank_0_writes_under_torchrun(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RANK", "1")
-    errors.run(lambda: None, stage="train@backbone")
+    stage.run(lambda: None, stage="train@backbone")
     assert not (tmp_path / "metrics").exists()
 
 
@@ -54,8 +54,8 @@ def test_every_stage_declares_its_timings_file():
     """dvc.yaml declares each stage's timings file as an uncached metric, so DVC neither
     loses it nor counts it among the reproducible outputs."""
     from test_layout import instances
-    for name, stage in instances():
+    for name, spec in instances():
         if name == "configure":  # always_changed: a file would change on every repro
             continue
-        declared = [next(iter(m)) for m in stage.get("metrics", []) if isinstance(m, dict)]
+        declared = [next(iter(m)) for m in spec.get("metrics", []) if isinstance(m, dict)]
         assert str(timings.timings_file(name)) in declared, name

@@ -71,13 +71,14 @@ from loopscope import compute, memory, paths, runtime
 from loopscope.cells import cell_group, paper_b_backbones
 from loopscope.config import READS, CellConfig, load_cell
 from loopscope.depth import sampler
-from loopscope.errors import DataError, ParamsError, run, write_json
+from loopscope.errors import DataError, ParamsError
 from loopscope.model import LoopedLM, ModelConfig, schedule
 from loopscope.model import cost as model_cost
+from loopscope.outputs import read_metrics, write_json
 from loopscope.params import Params, load_params, resolve_cell
-from loopscope.plots import read_metrics
 from loopscope.policies import Policy, Uniform, flops_per_token, make, masked_forward
 from loopscope.runs import Windows, trained_runs
+from loopscope.stage import run
 from loopscope.timings import cpu_model
 from loopscope.train import compiled, forward_loss, optimizer, update
 

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from loopscope.config import CellConfig
-from loopscope.errors import CheckpointError, atomic_write_bytes, temp_path
+from loopscope.errors import CheckpointError
 from loopscope.model import LoopedLM
+from loopscope.outputs import atomic_write_bytes, temp_path
 
 FILE_OVERHEAD = 1 << 20  # torch.save's zip records, the config, the summary: < 1 MiB
 RESUME_FORMAT = "loopscope-resume-2"  # 2: torch_rng holds every process's RNG states

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from loopscope.errors import DataError, atomic_write_bytes
+from loopscope.errors import DataError
+from loopscope.outputs import atomic_write_bytes
 
 TRAIN_FILE = "train.txt"  # marks the splits layout (a hub corpus)
 VAL_FILE = "validation.txt"

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from loopscope.errors import DataError, atomic_write_bytes, require_disk
+from loopscope.errors import DataError, require_disk
 from loopscope.model import LoopedLM
+from loopscope.outputs import atomic_write_bytes
 
 ClampMode = Literal["freeze_loop1", "remove_radial"]
 CLAMP_MODES: tuple[ClampMode, ...] = ("freeze_loop1", "remove_radial")

@@ -1,26 +1,16 @@
-"""How loopscope fails: the expected errors, atomic writes, and a stage's clean exit.
+"""How loopscope fails: the errors a user can fix, and the checks that raise them early.
 
 Every error a user can fix (a bad param, a missing or corrupt file, a diverged run) is
 a LoopscopeError whose message names the key or file and what to do; a stage prints it
-as one `error:` line instead of a traceback. Outputs are written under a temporary name
-and renamed, so a killed or failed stage never leaves a file that DVC could cache as
-finished.
+as one `error:` line instead of a traceback (loopscope.stage). Disk space and a stage's
+inputs are checked here, before compute is spent.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
 import os
 import shutil
-import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-from loopscope import timings
 
 
 class LoopscopeError(RuntimeError):
@@ -94,72 +84,3 @@ def require_output(path: Path, stage: str) -> Path:
     if not path.is_file():
         raise DataError(f"{path}: not found; run `dvc repro {stage}` first.")
     return path
-
-
-def temp_path(path: Path) -> Path:
-    """The hidden sibling that atomic_write_bytes writes before renaming it to path."""
-    return path.with_name(f".{path.name}.tmp")
-
-
-def atomic_write_bytes(path: Path, data: bytes | memoryview) -> None:
-    """Write to a temporary name and rename, so a killed stage leaves no partial file.
-
-    A failed write (a full disk) removes the partial temporary file and re-raises the
-    OSError with the destination's name: the OS error of a write() names no file.
-    """
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise OSError(err.errno, err.strerror, str(path)) from err
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """A temporary path to write `path` through: renamed to path when the block ends,
-    removed if it raises, so no half-written file is left under the real name."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_json(path: str | Path, obj: Any) -> None:
-    """Write JSON atomically, keys sorted, so the same values give the same bytes."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-
-
-def run(main: Callable[[], None], stage: str | None = None) -> None:
-    """Run a stage's main; print expected errors as one clear line and exit 1. On
-    success, end with the stage's wall time and peak memory: printed, and, for a stage
-    (its dvc.yaml name, train@backbone), written to metrics/stage_timings/<stage>.json
-    (loopscope.timings), so what a run cost is data."""
-    start = time.perf_counter()
-    try:
-        main()
-        name = " ".join([Path(sys.argv[0]).stem, *sys.argv[1:]])
-        seconds, peak = timings.process_seconds(start), timings.peak_memory()
-        if stage is not None and os.environ.get("RANK", "0") == "0":  # torchrun: rank 0
-            write_json(timings.timings_file(stage), timings.record(seconds, peak))
-        sys.stdout.flush()
-        print(f"{name}: {seconds:.1f} s, peak memory {format_bytes(peak)}",
-              file=sys.stderr, flush=True)
-    except LoopscopeError as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:  # a full disk or a read-only path, named by the OS error
-        where = f"{err.filename}: {err.strerror}" if err.filename else str(err)
-        todo = ("Free disk space" if err.errno in (errno.ENOSPC, errno.EDQUOT)
-                else "Fix the path or its permissions")
-        sys.exit(f"error: {where.rstrip('.')}. {todo}, then rerun `dvc repro`.")

@@ -41,9 +41,11 @@ from typing import Any
 import yaml
 
 from loopscope import paths
-from loopscope.errors import DataError, LoopscopeError, ParamsError, atomic_output, run, write_json
+from loopscope.errors import DataError, LoopscopeError, ParamsError
+from loopscope.outputs import atomic_output, write_json
 from loopscope.paper_b import REGIME
 from loopscope.params import parse_params, resolve_cell
+from loopscope.stage import run
 from loopscope.stats import Interval
 from loopscope.summary import machine, markdown_table, runtime_rows
 

@@ -44,7 +44,7 @@ CLAIMS = TABLES / "claims.json"
 # The metrics kind of the training runs' wall times: kept out of metrics/train/ and the
 # model files, which are then byte-identical for the same params.
 TRAIN_TIMINGS = "train_timings"
-# Each stage's wall time and peak memory (loopscope.timings), written by errors.run.
+# Each stage's wall time and peak memory (loopscope.timings), written by stage.run.
 STAGE_TIMINGS = METRICS / "stage_timings"
 REPORTS = Path("reports")
 REPORTS_HTML = REPORTS / "html"

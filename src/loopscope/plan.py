@@ -727,6 +727,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from loopscope.errors import run
+    from loopscope.stage import run
 
     run(main)

@@ -24,7 +24,6 @@ and which fails the report if two tick labels on one axis overlap
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -48,14 +47,9 @@ from matplotlib.ticker import (
 
 from loopscope import paths
 from loopscope.errors import require_output
+from loopscope.outputs import read_metrics
 
 NAMES = ("norm", "ppl", "radial", "convergence", "frontier")
-
-
-def read_metrics(kind: str, cell: str) -> dict[str, Any]:
-    """A cell's metrics file of one kind, or a DataError naming the stage to run."""
-    path = require_output(paths.metrics_file(kind, cell), f"{kind}@{cell}")
-    return json.loads(path.read_text())
 
 
 def _per_loop(cell: str, column: str, values: dict[str, float], x: str = "loop"

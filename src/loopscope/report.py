@@ -22,7 +22,7 @@ from nbconvert import HTMLExporter
 
 from loopscope import paths
 from loopscope.config import load_cell
-from loopscope.errors import atomic_write_bytes
+from loopscope.outputs import atomic_write_bytes
 
 # nbconvert's `lab` page with every block that loads a script from a CDN emptied:
 # require.js (only widgets and old-style JS outputs need it; the reports have neither),

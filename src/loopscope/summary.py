@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from loopscope import paths
-from loopscope.errors import DataError, atomic_output
+from loopscope.errors import DataError
+from loopscope.outputs import atomic_output
 
 README = Path("README.md")
 RESULTS_PAGE = Path("docs") / "results.md"

@@ -1,6 +1,6 @@
 """What each stage cost: wall time and peak memory, written as data by every stage.
 
-`errors.run` ends every stage by writing metrics/stage_timings/<stage>.json (the
+`stage.run` ends every stage by writing metrics/stage_timings/<stage>.json (the
 stage as dvc.yaml names it: train@backbone, report_index; all but configure, which
 runs on every `dvc repro` in a second and would leave a changed file each time), so
 the cost of a run is read off its files instead of estimated: `python -m
