@@ -177,3 +177,27 @@ def test_stage_outputs_are_where_loopscope_paths_puts_them():
         report = name.removeprefix("report_")
         assert str(paths.report_html(report)) in outs(stages[name])
         assert str(paths.report_template(report)) in stages[name]["deps"]
+
+
+def test_the_resume_fingerprint_covers_what_training_runs(tmp_path, monkeypatch):
+    """A resume checkpoint is discarded when code that training runs changes, and kept
+    when a report or a claim changes (loopscope.checkpoint.run_fingerprint)."""
+    import shutil
+
+    import torch
+    from conftest import tiny_cell
+
+    from loopscope import checkpoint
+    covered = {p.stem for p in checkpoint.imported_modules("train")}
+    assert {"train", "model", "config", "data", "depth", "checkpoint"} <= covered
+    assert covered <= closure(ROOT / "stages" / "train.py")
+    assert not covered & {"levers", "report", "paper_a", "paper_b", "stats", "claims"}
+    pkg = tmp_path / "loopscope"
+    shutil.copytree(PKG, pkg)
+    monkeypatch.setattr(checkpoint, "PACKAGE", pkg)
+    cell, tokens = tiny_cell(), torch.arange(64)
+    before = checkpoint.run_fingerprint(cell, tokens)
+    (pkg / "paper_a.py").write_text((pkg / "paper_a.py").read_text() + "\n# reworded\n")
+    assert checkpoint.run_fingerprint(cell, tokens) == before
+    (pkg / "model.py").write_text((pkg / "model.py").read_text() + "\n# edited\n")
+    assert checkpoint.run_fingerprint(cell, tokens) != before

@@ -12,6 +12,7 @@ truncated or altered file is an error and never a silently wrong model:
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import io
@@ -27,6 +28,7 @@ from loopscope.outputs import atomic_write_bytes, temp_path
 
 FILE_OVERHEAD = 1 << 20  # torch.save's zip records, the config, the summary: < 1 MiB
 RESUME_FORMAT = "loopscope-resume-2"  # 2: torch_rng holds every process's RNG states
+PACKAGE = Path(__file__).parent
 
 
 def _digest_into(h: Any, obj: Any) -> None:
@@ -116,16 +118,41 @@ def load_model(path: Path) -> tuple[LoopedLM, CellConfig]:
     return model, cell
 
 
+def imported_modules(module: str) -> list[Path]:
+    """The package's source files that `module` runs: itself and every loopscope module
+    it imports, directly or through others (an AST walk, so imports inside functions
+    count too). Read from the files, never by importing them."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = PACKAGE / f"{name}.py"
+        if name in seen or not path.is_file():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+                    "loopscope"):
+                parts = node.module.split(".")
+                todo += parts[1:2] or [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                todo += [a.name.split(".")[1] for a in node.names
+                         if a.name.startswith("loopscope.")]
+    return sorted(PACKAGE / f"{name}.py" for name in seen)
+
+
 def run_fingerprint(cell: CellConfig, train_tokens: torch.Tensor) -> str:
     """What a training run's result depends on: resolved config, tokens and code.
 
     A resume checkpoint is used only by a run with the same fingerprint, so a corpus or
     code change after a kill (which DVC answers by rerunning the stage) starts afresh
-    instead of finishing someone else's run.
+    instead of finishing someone else's run. The code is what training runs
+    (loopscope.train and its imports): an edit to a report or a claim keeps the
+    checkpoint, an edit to the model or the optimizer discards it.
     """
     h = hashlib.sha256(cell.to_json().encode())
     _digest_into(h, train_tokens)
-    for path in sorted(Path(__file__).parent.glob("*.py")):  # any code change: start afresh
+    for path in imported_modules("train"):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()
