@@ -78,7 +78,7 @@ class DiagnoseConfig:
 class ConvergenceConfig:
     """Paper B's convergence measurements, on every cell."""
 
-    depth_factor: int = 4  # uniform depths 1 .. factor x the training depth R
+    depth_factor: int = 4  # uniform depths 1 .. factor x R, the evaluation depth
     epsilon: float = 1e-3  # a token has converged once KL stays below this
     windows: int = 128  # validation windows per set (3 sets: probe, choose, report)
     tolerance: float = 0.01  # saturation: depths within this many nats of the best
