@@ -193,11 +193,12 @@ def _metric(data: dict[str, Any], path: str) -> dict[str, Any] | None:
 
 
 def _row(e: Experiment, data: dict[str, Any], rev: str) -> dict[str, Any] | None:
-    conv = _metric(data, f"metrics/convergence/{CELL}.json")
+    conv = _metric(data, str(paths.metrics_file("convergence", CELL)))
     raw = ((data.get("params") or {}).get("params.yaml") or {}).get("data")
     if conv is None or raw is None:
         return None
-    return point(e, raw, conv, _metric(data, f"metrics/train_timings/{CELL}.json"), rev)
+    timing = _metric(data, str(paths.metrics_file(paths.TRAIN_TIMINGS, CELL)))
+    return point(e, raw, conv, timing, rev)
 
 
 def _finished(base: dict[str, Any], name: str) -> tuple[list[dict[str, Any]], set[str]]:
@@ -249,7 +250,7 @@ def from_exp_show(show: list[dict[str, Any]]) -> dict[str, Any]:
         runs, states = _finished(base, e.name)
         if e is RUNTIME:
             found = [b for r in runs
-                     if (b := _metric(r["data"], "metrics/bench/exits.json")) is not None]
+                     if (b := _metric(r["data"], str(paths.bench_file("exits")))) is not None]
             runtime = found[0] if found else None
         else:
             found = [x for r in runs if (x := _row(e, r["data"], r["rev"])) is not None]
