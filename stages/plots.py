@@ -1,10 +1,10 @@
 """Stage plots: the long tables across cells that dvc.yaml's top-level plots draw
-(loopscope.plots) -> tables/plots/<name>.csv."""
+(loopscope.plot_tables) -> tables/plots/<name>.csv."""
 
 from loopscope import paths
 from loopscope.outputs import atomic_output
 from loopscope.params import load_params
-from loopscope.plots import tables
+from loopscope.plot_tables import tables
 from loopscope.stage import run
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,31 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
+def read_json(path: Path, stage: str) -> Any:
+    """A stage's JSON output (metrics, tables/claims.json, a benchmark), or a DataError
+    naming the stage to run: a report then says what is missing, not a bare traceback."""
+    return json.loads(require_output(path, stage).read_text())
+
+
+def _writer(kind: str, cell: str) -> str:
+    """The stage that writes metrics/<kind>/<cell>.json: throughput times every cell in
+    one stage, and the training runs' wall times come from the cell's train stage."""
+    if kind == "throughput":
+        return kind
+    return f"train@{cell}" if kind == paths.TRAIN_TIMINGS else f"{kind}@{cell}"
+
+
 def read_metrics(kind: str, cell: str) -> dict[str, Any]:
     """A cell's metrics file of one kind, or a DataError naming the stage to run."""
-    path = require_output(paths.metrics_file(kind, cell), f"{kind}@{cell}")
-    return json.loads(path.read_text())
+    return read_json(paths.metrics_file(kind, cell), _writer(kind, cell))
+
+
+def loop_order(values: Mapping[str, float]) -> tuple[list[int], list[float]]:
+    """A per-loop metric {"k1": v1, "k10": v10, "k2": v2, ...} as (loops, values) in
+    loop order.
+
+    write_json sorts keys, so the files hold k10..k19 between k1 and k2: a table built
+    from a dict as it comes lists loops out of order, and a curve drawn from it folds
+    back on itself (and one drawn over arange(1, n + 1) puts values at the wrong depth)."""
+    loops = sorted(values, key=lambda k: int(k[1:]))
+    return [int(k[1:]) for k in loops], [values[k] for k in loops]

@@ -70,23 +70,37 @@ def _pct(iv: Interval) -> str:
     return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
 
 
+def steps(elasticity: dict[str, Any]) -> dict[int, Interval]:
+    """CE(k+1) - CE(k) for each step k < R of a backbone's metrics' `elasticity`."""
+    return {int(k[1:]): Interval.of(v) for k, v in elasticity["steps"].items()}
+
+
+def worst_step(elasticity: dict[str, Any]) -> tuple[int, Interval] | None:
+    """The step k -> k+1 up to R that helps least (largest CE(k+1) - CE(k)): where
+    monotone improvement breaks first, if anywhere. None: no step measured (R = 1)."""
+    found = steps(elasticity)
+    if not found:
+        return None
+    k = max(found, key=lambda k: found[k].value)
+    return k, found[k]
+
+
 def elasticity(b: Backbone) -> Claim:
     """Paper B: "monotone improvement from 1 to 8". Monotone: no step k -> k+1 up to R
     makes CE worse by more than the margin, and the second half of the depth still
     helps (CE(R/2) - CE(R) above the margin): one gain from 1 to R is not monotone."""
     e = b.conv["elasticity"]
     margin, half = e["margin"], Interval.of(e["half_gain"])
-    steps = {int(k[1:]): Interval.of(v) for k, v in e["steps"].items()}
-    worst = max(steps, key=lambda k: steps[k].value) if steps else None
-    if half.too_few_units or any(s.too_few_units for s in steps.values()):
+    by_step, worst = steps(e), worst_step(e)
+    if half.too_few_units or any(s.too_few_units for s in by_step.values()):
         verdict: Verdict = "inconclusive"  # as every rule under @decides
-    elif any(s.lo > margin for s in steps.values()) or half.hi < margin:
+    elif any(s.lo > margin for s in by_step.values()) or half.hi < margin:
         verdict = "contradicted"
-    elif all(s.hi <= margin for s in steps.values()) and half.lo > margin:
+    elif all(s.hi <= margin for s in by_step.values()) and half.lo > margin:
         verdict = "holds"
     else:
         verdict = "inconclusive"
-    worst_text = (f"; worst step CE({worst + 1}) - CE({worst}) {steps[worst]}"
+    worst_text = (f"; worst step CE({worst[0] + 1}) - CE({worst[0]}) {worst[1]}"
                   if worst is not None else "")
     return Claim(
         f"Elasticity [{b.name}]: CE improves monotonically from depth 1 to {b.depth}",

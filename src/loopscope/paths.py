@@ -17,7 +17,7 @@ stages.
     metrics/stage_timings/<stage>.json  each stage's wall time and peak memory (timings)
     metrics/headline.json            the few numbers `dvc exp show` should list
     tables/<kind>/<cell>.parquet     per-token or per-setting tables the reports draw
-    tables/plots/<name>.csv          long tables across cells for `dvc plots` (loopscope.plots)
+    tables/plots/<name>.csv          long tables across cells for `dvc plots` (plot_tables)
     metrics/bench/<name>.json        benchmark timings (python -m loopscope.bench)
     reports/<name>.ipynb             report templates; reports/html/<name>.html rendered
 """

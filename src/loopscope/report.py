@@ -1,6 +1,8 @@
 """Reports: papermill executes a notebook template, nbconvert writes a self-contained
-HTML page (titled, nothing loaded from another site); and the helpers the notebooks
-share. Screenshots of the rendered pages are loopscope.screenshots (no stage runs it)."""
+HTML page (titled, nothing loaded from another site), and `provenance` says what a
+report was computed from. The tables and numbers the notebooks show are
+loopscope.report_tables, their figures' helpers loopscope.figures; screenshots of the
+rendered pages are loopscope.screenshots (no stage runs it)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-import pandas as pd
 import papermill as pm
 import torch
 from jupyter_client.manager import KernelManager
@@ -36,16 +37,6 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 """
-
-
-def table_display() -> None:
-    """pandas' table display for the reports: 4 significant decimals rather than 6, and
-    "-" where a value does not apply (a paper A cell has no A1 exit, say) instead of
-    "nan". Called by every report before its first table."""
-    pd.set_option("display.precision", 4)
-    pd.set_option("styler.format.precision", 4)
-    pd.set_option("styler.format.na_rep", "-")
-    pd.set_option("display.float_format", lambda v: "-" if v != v else f"{v:.4g}")
 
 
 def training_precision() -> str:

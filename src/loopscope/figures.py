@@ -1,36 +1,19 @@
-"""The long tables behind dvc.yaml's top-level `plots:`, one row per cell (or policy)
-and loop, so that one plot covers every cell and `dvc plots diff` overlays experiments.
-
-    tables/plots/norm.csv         mean hidden-state norm ||H_k|| per loop (diagnose)
-    tables/plots/ppl.csv          perplexity at inference depth K = 1..K_train (diagnose)
-    tables/plots/radial.csv       radial gradient fraction per loop (diagnose)
-    tables/plots/convergence.csv  CE, KL(p_i || p_i-1) and relative state change per
-                                  loop, uniform depth up to depth_factor x R (convergence)
-    tables/plots/frontier.csv     each depth policy's CE against mean loops and FLOPs,
-                                  `report` windows (policies, paper B's backbones)
-
-Every table has a `series` column (the cell, or "<cell> <rule>" for the frontier) that
-the templates in .dvc/plots/ colour by; DVC adds `rev`, which they dash by. The values
-are copied from the metrics files and tables the stages wrote: nothing is recomputed.
-
-The figures the report notebooks draw share the helpers below, so that every figure
-reads the same way: `loop_order` (per-loop metrics in loop order, not the JSON's
-lexicographic k1, k10, k2 order, which folds a curve back on itself), `cell_palette`
-(one distinct colour per cell), `loop_axis` (a log axis of loop counts labelled 1, 2,
-4, 8, ... instead of crowded minor labels) and `finish`, which every plotting cell calls
-and which fails the report if two tick labels on one axis overlap
-(`overlapping_tick_labels`).
+"""The helpers every figure of the report notebooks shares, so that every figure reads
+the same way: `cell_palette` (one distinct colour per cell), `loop_axis` (a log axis of
+loop counts labelled 1, 2, 4, 8, ... instead of crowded minor labels) and `finish`,
+which every plotting cell calls and which fails the report if two tick labels on one
+axis overlap (`overlapping_tick_labels`). Per-loop metrics are drawn in loop order
+through loopscope.outputs.loop_order; what the figures draw is computed in
+loopscope.report_tables.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
-import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
@@ -44,56 +27,6 @@ from matplotlib.ticker import (
     NullFormatter,
     NullLocator,
 )
-
-from loopscope import paths
-from loopscope.errors import require_output
-from loopscope.outputs import read_metrics
-
-NAMES = ("norm", "ppl", "radial", "convergence", "frontier")
-
-
-def _per_loop(cell: str, column: str, values: dict[str, float], x: str = "loop"
-              ) -> list[dict[str, Any]]:
-    """{"k1": v, ...} as rows {series, <x>: 1, <column>: v}, in loop order."""
-    loops = sorted(values, key=lambda k: int(k[1:]))
-    return [{"series": cell, x: int(k[1:]), column: values[k]} for k in loops]
-
-
-def tables(cells: list[str], policy_cells: list[str]) -> dict[str, pd.DataFrame]:
-    """The five long tables (module doc) from the stages' outputs."""
-    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in NAMES}
-    for cell in cells:
-        diag, conv = read_metrics("diagnose", cell), read_metrics("convergence", cell)
-        rows["norm"] += _per_loop(cell, "norm", diag["norm_mean"])
-        rows["ppl"] += _per_loop(cell, "ppl", diag["ppl_at_depth"], x="depth")
-        rows["radial"] += _per_loop(cell, "radial_fraction", diag["radial_fraction"])
-        per_loop = pd.DataFrame(_per_loop(cell, "ce", conv["ce_at_depth"])).set_index("loop")
-        for key in ("kl", "state_change"):  # kl starts at loop 2
-            per_loop[key] = pd.Series({int(k[1:]): v for k, v in conv[key].items()})
-        rows["convergence"] += per_loop.reset_index().to_dict("records")
-    for cell in policy_cells:
-        path = require_output(paths.table_file("policies", cell), f"policies@{cell}")
-        frontier = pd.read_parquet(path).query("set == 'report'")
-        for rec in frontier.to_dict("records"):
-            rows["frontier"].append({"series": f"{cell} {rec['rule']}", "rule": rec["rule"],
-                                     "threshold": rec["threshold"],
-                                     "mean_loops": rec["mean_loops"],
-                                     "flops_ratio": rec["flops_ratio"], "ce": rec["ce"]})
-    return {n: pd.DataFrame(r) for n, r in rows.items()}
-
-
-# --- Figures the report notebooks draw ---------------------------------------------------
-
-
-def loop_order(values: Mapping[str, float]) -> tuple[list[int], list[float]]:
-    """{"k1": v1, "k10": v10, "k2": v2, ...} as (loops, values) in loop order.
-
-    The metrics files are written with sorted keys, so plotting their dicts as they come
-    draws k10..k19 between k1 and k2: one cell's curve then folds back on itself and
-    reads as several unlabelled lines of one colour (and a line over
-    arange(1, n + 1) puts values at the wrong depth)."""
-    loops = sorted(values, key=lambda k: int(k[1:]))
-    return [int(k[1:]) for k in loops], [values[k] for k in loops]
 
 
 def cell_palette(cells: Iterable[str]) -> dict[str, tuple[float, float, float]]:
@@ -264,7 +197,7 @@ def check_tick_labels(fig: Figure) -> None:
     if found:
         pairs = "; ".join(f"{where}: {a!r} and {b!r}" for where, a, b in found)
         raise TickLabelOverlap(f"tick labels overlap: {pairs}. Thin the ticks (e.g. "
-                               "loopscope.plots.loop_axis for loop counts), rotate or "
+                               "loopscope.figures.loop_axis for loop counts), rotate or "
                                "shorten the labels, or widen the figure.")
 
 
