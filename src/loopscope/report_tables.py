@@ -188,11 +188,11 @@ def slope_table(per_loop: pd.DataFrame) -> pd.DataFrame:
 
 def perplexity_table(per_loop: pd.DataFrame) -> pd.DataFrame:
     """Perplexity read at each depth, a row per cell and a column "K=k" per depth, and
-    PPL(K=1)/PPL(K=max): depth 1 over the table's deepest column (none for a cell
-    trained shallower than the deepest cell)."""
+    PPL(K=1)/PPL(K): depth 1 over each cell's own deepest depth, its K."""
     ppl = per_loop.pivot(index="cell", columns="loop", values="ppl")
+    own = ppl.apply(lambda row: row.dropna().iloc[-1], axis=1)
     ppl.columns = [f"K={k}" for k in ppl.columns]
-    ppl["PPL(K=1)/PPL(K=max)"] = ppl.iloc[:, 0] / ppl.iloc[:, -1]
+    ppl["PPL(K=1)/PPL(K)"] = ppl.iloc[:, 0] / own
     return ppl
 
 
