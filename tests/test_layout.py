@@ -144,6 +144,14 @@ def test_the_claims_import_check_fails_on_a_measuring_stage_that_imports_one(tmp
     assert claims_imported("claims", [script]) == set()
 
 
+def test_the_exit_benchmark_stage_runs_no_training_code():
+    """bench_exits times trained models, which it reads as files: neither the training
+    loop nor the training benchmark is among its modules, so editing them does not rerun
+    it."""
+    found = closure(ROOT / "stages" / "bench_exits.py") & {"bench", "bench_train", "train"}
+    assert not found, f"bench_exits imports {sorted(found)}"
+
+
 def outs(stage: dict) -> set[str]:
     found = set()
     for key in ("outs", "metrics", "plots"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopscope import bench, diagnostics
+from loopscope import bench_exits, diagnostics
 from loopscope import plan as plan_module
 from loopscope.config import CellConfig, TrainConfig
 from loopscope.data import Corpus, steps_for_epochs
@@ -395,7 +395,7 @@ def test_measuring_flops_follow_the_params(tmp_path):
     assert got["diagnose"] == pytest.approx(2 * single["diagnose"])
     assert got["throughput"] == single["throughput"]  # the first run only
     assert plan_module.CLAMP_PASSES == len(diagnostics.CLAMP_MODES)
-    assert plan_module.BENCH_POLICIES == len(bench.RULES)
+    assert plan_module.BENCH_POLICIES == len(bench_exits.RULES)
 
 
 def test_measuring_stages_are_dvc_yaml_s():

@@ -91,7 +91,7 @@ POLICY_STAGES = ("policies",)
 ONCE_STAGES = ("throughput", "bench_exits", "headline", "claims", "plots", "summary")
 REPORT_STAGES = ("report_blind_spot", "report_convergence", "report_index")
 CLAMP_PASSES = 2  # clamp@<cell>: one pass per mode (loopscope.diagnostics.CLAMP_MODES)
-BENCH_POLICIES = 3  # bench_exits times kl, latent-diff, cosine (loopscope.bench.RULES)
+BENCH_POLICIES = 3  # bench_exits times kl, latent-diff, cosine (loopscope.bench_exits.RULES)
 SAMPLE_BYTES = 2_000_000  # text the estimate's tokenizer sees: seconds, even at 32k BPE
 HELD_OUT = 0.1  # tail of the sample the tokens-per-byte ratio is measured on
 
