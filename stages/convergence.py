@@ -12,7 +12,7 @@ resample documents, pooled over the cell's seeds.
 
 A position's token type (the `type` column and the statistics by type) is that of its
 target, the token it predicts, typed by the whole word it is part of in the text of
-the window (loopscope.convergence.window_types; "special" for the end-of-text token,
+the window (loopscope.token_types.window_types; "special" for the end-of-text token,
 which the statistics leave out). The convergence loop of a position is that of its
 prediction, the next-token distribution whose KL between loops paper B reads and exits
 on, so its "whitespace shallowest, content words deepest" is about the tokens being
@@ -34,9 +34,7 @@ from loopscope.convergence import (
     summarize,
     training_mean,
     trajectory,
-    type_names,
     uniform_ce,
-    window_types,
 )
 from loopscope.data import load_tokenizer
 from loopscope.outputs import atomic_output, write_json
@@ -44,6 +42,7 @@ from loopscope.params import load_params
 from loopscope.policies import KL, evaluate, pool
 from loopscope.runs import trained_runs
 from loopscope.stage import run
+from loopscope.token_types import type_names, window_types
 
 
 def main() -> None:

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from loopscope.convergence import (
-    TOKEN_TYPES,
     Trajectory,
     convergence_loop,
     cross_analysis,
@@ -18,6 +17,7 @@ from loopscope.errors import DataError
 from loopscope.paper_b import paper_b_claims
 from loopscope.policies import PolicyResult
 from loopscope.runs import document_window_sets
+from loopscope.token_types import TOKEN_TYPES
 
 
 def test_the_two_convergence_definitions_differ_on_a_token_that_moves_again():

@@ -14,7 +14,6 @@ from loopscope.config import TrainConfig
 from loopscope.convergence import (
     argmax_changes_later,
     convergence_loop,
-    token_type,
     trajectory,
     uniform_ce,
     useful_depth,
@@ -368,15 +367,6 @@ def test_useful_depth_is_the_first_within_tolerance_of_the_best():
     # per draw, as convergence.summarize calls it: one column per resample
     draws = np.array([[3.0, 3.0], [2.5, 2.0], [2.198, 2.3], [2.19, 2.2]])
     assert useful_depth(draws, 0.01).tolist() == [3, 2]
-
-
-@pytest.mark.parametrize("text, kind", [
-    ("  \n", "whitespace"), (" ,", "punctuation"), ("--", "punctuation"), (" 1599", "number"),
-    ("3.14", "number"), (" the", "function word"), ("Thou", "function word"),
-    (" king", "content word"), ("ing", "content word"),
-])
-def test_token_types(text, kind):
-    assert token_type(text) == kind
 
 
 def test_trajectory_kl_and_ce_agree_with_a_direct_computation():
