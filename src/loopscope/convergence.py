@@ -8,6 +8,11 @@ direction), the relative state change ||h_i - h_{i-1}|| / ||h_i||, the angle of 
 update, and the argmax. From it: elasticity (CE per depth), the convergence loop of
 each token, the useful depth (saturation), and the same by token type
 (loopscope.token_types).
+
+The convergence stage measures each trained run of a cell (measure_run) and pools the
+runs into the cell's metrics and per-token table (cell_metrics, cell_table). A2's probe
+is fit on a trajectory too, so the policies stage's sweep of a run starts here
+(fit_probe, sweep_run).
 """
 
 from __future__ import annotations
@@ -16,22 +21,32 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
 from loopscope.config import TrainConfig
 from loopscope.depth import LogNormal, sampler
 from loopscope.model import LoopedLM
+from loopscope.params import ConvergenceConfig, PoliciesConfig
 from loopscope.policies import (
+    KL,
+    SWEPT,
     PolicyResult,
+    Sweep,
     angle,
+    evaluate,
     kl_divergence,
+    pool,
     relative_change,
     row_chunks,
+    sweep_settings,
     train_probe,
 )
+from loopscope.runs import Run
 from loopscope.stats import SMALLEST_TYPE, Documents, bootstrap_mean
-from loopscope.token_types import TOKEN_TYPES
+from loopscope.token_types import TOKEN_TYPES, type_names, window_types
 
 
 @dataclass
@@ -294,3 +309,118 @@ def fit_probe(traj: Trajectory, reference: int) -> tuple[torch.Tensor, float]:
     states = traj.states[: reference - 1]
     return train_probe(torch.from_numpy(states.reshape(-1, states.shape[-1])),
                        torch.from_numpy(labels.reshape(-1)))
+
+
+def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str) -> Sweep:
+    """One run's policy sweep at depth R (policies.Sweep): A2's probe fit on the `probe`
+    windows (fit_probe), then on each set of SWEPT the uniform depths 1..R and every
+    setting of policies.grids (policies.sweep_settings). It lives here, beside
+    fit_probe, because the probe's labels and the uniform depths' CE are read from
+    trajectories; windows: convergence.windows, the windows per set."""
+    sets = run.window_sets(windows, "convergence.windows")
+    reference, batch, p = run.cell.model.loops, cfg.batch_size, sets["probe"]
+    probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, reference, batch,
+                                 keep_states=reference - 1), reference)
+    sweep = Sweep(run.model, reference, sets["report"].token_docs(), sets["report"].unit)
+    for s in SWEPT:
+        w = sets[s]
+        sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, reference, batch)
+        sweep.results[s] = sweep_settings(run.model, w.x, w.y, w.h0, reference, batch,
+                                          cfg.grids, cfg.first, cfg.every, probe,
+                                          desc=f"{desc} {s}")
+    return sweep
+
+
+@dataclass
+class RunConvergence:
+    """One run (seed) of a cell measured for paper B: its `report` windows run to
+    uniform depth D = convergence.depth_factor x R, the CE per depth on the `choose`
+    windows (where the cross-analysis picks its best depth), and A1's exits."""
+
+    seed: int
+    reference: int  # R, the training depth
+    sampler_mean: float  # E[r] of the training depth (training_mean)
+    traj: Trajectory  # `report` windows, depths 1..D
+    choose_ce: np.ndarray  # (D, tokens of `choose`) CE per depth
+    exits: PolicyResult  # A1 (KL at policies.cross_epsilon) on `report`, capped at D
+    tokens: np.ndarray  # the input token id of each `report` position
+    types: np.ndarray  # TOKEN_TYPES index of each position's target (SPECIAL: left out)
+    docs: np.ndarray  # the resampling unit of each `report` token
+    unit: str  # what a unit is (loopscope.units)
+
+    def table(self, epsilon: float) -> pd.DataFrame:
+        """One row per `report` token: its type, convergence loop, first loop below
+        epsilon, A1's exit loop, and its CE at depth 1 and at R."""
+        return pd.DataFrame({
+            "seed": self.seed, "doc": self.docs,
+            "token_id": self.tokens.astype(np.int32),
+            "type": type_names(self.types),
+            "convergence_loop": convergence_loop(self.traj.kl, epsilon),
+            "first_below_loop": first_below(self.traj.kl, epsilon),
+            "exit_loop": self.exits.exit_loop.astype(np.int16),
+            "ce_depth1": self.traj.ce[0], "ce_reference": self.traj.ce[self.reference - 1]})
+
+    def describe(self) -> str:
+        """Mean CE at depth 1, at R and at D: how much the loop past R still changes."""
+        ce = self.traj.ce
+        return (f"CE {ce[0].mean():.3f} at depth 1, {ce[self.reference - 1].mean():.3f} at "
+                f"R = {self.reference}, {ce[-1].mean():.3f} at {self.traj.depth}")
+
+
+def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon: float
+                ) -> RunConvergence:
+    """Measure one trained run on paper B's window sets (loopscope.runs.Run.window_sets).
+
+    A position's type is that of its target, the token it predicts: the convergence loop
+    is that of its prediction, so typing the input would charge "the" with the depth it
+    takes to predict the word after it. The whole T + 1 window is typed, so the first
+    target's word is seen from its start."""
+    sets = run.window_sets(cfg.windows, "convergence.windows")
+    report, choose = sets["report"], sets["choose"]
+    reference = run.cell.model.loops
+    depth, batch = cfg.depth_factor * reference, cfg.batch_size
+    traj = trajectory(run.model, report.x, report.y, report.h0, depth, batch)
+    choose_ce = uniform_ce(run.model, choose.x, choose.y, choose.h0, depth, batch)
+    exits = evaluate(run.model, report.x, report.y, report.h0, KL(cross_epsilon), depth,
+                     batch)
+    window = np.concatenate([report.x[:, :1].cpu().numpy(), report.y.cpu().numpy()], 1)
+    return RunConvergence(
+        seed=run.cell.train.seed, reference=reference,
+        sampler_mean=training_mean(run.cell.train, reference), traj=traj,
+        choose_ce=choose_ce, exits=exits, tokens=report.x.flatten().cpu().numpy(),
+        types=window_types(tok, window)[:, 1:].reshape(-1), docs=report.token_docs(),
+        unit=report.unit)
+
+
+def cell_table(runs: list[RunConvergence], epsilon: float) -> pd.DataFrame:
+    """tables/convergence/<cell>.parquet: every run's per-token rows, seed by seed."""
+    return pd.concat([r.table(epsilon) for r in runs], ignore_index=True)
+
+
+def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsilon: float
+                 ) -> dict[str, Any]:
+    """metrics/convergence/<cell>.json: summarize and cross_analysis over the tokens of
+    every run pooled, so intervals resample documents across the cell's seeds. R, the
+    training sampler and the resampling unit are those of the cell, the same in every
+    run."""
+    traj = Trajectory.concat([r.traj for r in runs])
+    docs = np.concatenate([r.docs for r in runs])
+    cell = runs[0]
+    metrics = summarize(traj, docs, np.concatenate([r.types for r in runs]), cell.reference,
+                        cfg.epsilon, cfg.tolerance, cfg.bootstrap, cell.sampler_mean)
+    choose_ce = np.concatenate([r.choose_ce for r in runs], axis=1).mean(axis=1)
+    metrics["cross"] = cross_analysis(traj, pool([r.exits for r in runs]), docs, choose_ce,
+                                      cfg.bootstrap)
+    metrics["cross"]["epsilon"] = cross_epsilon
+    metrics["seeds"] = len(runs)
+    metrics["unit"] = cell.unit
+    return metrics
+
+
+def headline(metrics: dict[str, Any]) -> str:
+    """The cell's convergence in one line, from its metrics."""
+    c = metrics["convergence"]
+    return (f"median token converges at loop {c['median_loop']['value']:g}, "
+            f"{c['share_after_reference']['value']:.1%} still changing after R; useful "
+            f"depth {metrics['saturation']['useful_depth']}; A1 exits at "
+            f"{metrics['cross']['mean_exit_loop']:.2f} loops on average")

@@ -13,10 +13,13 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopscope import paths
 from loopscope.errors import require_output
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def temp_path(path: Path) -> Path:
@@ -62,6 +65,17 @@ def write_json(path: str | Path, obj: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_outputs(kind: str, cell: str, metrics: dict[str, Any],
+                  tables: dict[str, pd.DataFrame] | None = None) -> None:
+    """A measuring stage's outputs for one cell: each table (by its kind) to
+    tables/<kind>/<cell>.parquet, then the metrics to metrics/<kind>/<cell>.json, each
+    written atomically (atomic_output, write_json)."""
+    for table_kind, table in (tables or {}).items():
+        with atomic_output(paths.table_file(table_kind, cell)) as tmp:
+            table.to_parquet(tmp, index=False)
+    write_json(paths.metrics_file(kind, cell), metrics)
 
 
 def read_metrics(kind: str, cell: str) -> dict[str, Any]:

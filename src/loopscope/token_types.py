@@ -182,7 +182,8 @@ def window_types(tok: Tokenizer, ids: np.ndarray) -> np.ndarray:
     "inside" at the start is a content word, "in" at the end a function word), and the
     bytes of a character cut by an edge are a symbol (U+FFFD): a window does not see
     past its edges. Which window the caller types decides whose type a position gets
-    (stages/convergence.py types the targets, the tokens each position predicts).
+    (loopscope.convergence.measure_run types the targets, the tokens each position
+    predicts).
     """
     ids = np.asarray(ids)
     if ids.ndim != 2:
