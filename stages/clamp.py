@@ -10,17 +10,15 @@ last loop its 95% interval from resampling documents (diagnose.bootstrap).
 
 import sys
 
-import numpy as np
 import pandas as pd
 
 from loopscope import memory, paths
-from loopscope.diagnostics import CLAMP_MODES, clamped_ce
-from loopscope.errors import DataError, require_output
-from loopscope.outputs import write_json
+from loopscope.diagnostics import Clamped, clamp_headline, clamp_metrics, clamp_run, unclamped_ce
+from loopscope.errors import require_output
+from loopscope.outputs import write_outputs
 from loopscope.params import load_params
 from loopscope.runs import trained_runs
 from loopscope.stage import run
-from loopscope.stats import bootstrap_mean
 
 
 def main() -> None:
@@ -28,34 +26,17 @@ def main() -> None:
     params = load_params().diagnose
     tokens = pd.read_parquet(require_output(paths.table_file("diagnose", name),
                                             f"diagnose@{name}"))
-    deltas: dict[str, list[np.ndarray]] = {mode: [] for mode in CLAMP_MODES}
-    docs, seeds = [], []
+    runs: list[Clamped] = []
     for r in trained_runs(name, params.val_sequences):
         memory.check_forward(r.cell, r.compute, params.batch_size, "diagnose.batch_size",
                              "clamp", reads=False)
-        mine = tokens[tokens["seed"] == r.cell.train.seed]
-        loops = r.cell.model.loops
-        if len(mine) != r.y.numel() or not np.array_equal(mine["doc"], r.token_docs()):
-            raise DataError(f"{paths.table_file('diagnose', name)}: its seed "
-                            f"{r.cell.train.seed} tokens are not this stage's windows; rerun "
-                            f"`dvc repro diagnose@{name}`.")
-        unclamped = np.stack([mine[f"ce_{k}"].to_numpy() for k in range(1, loops + 1)])
-        for mode in CLAMP_MODES:
-            deltas[mode].append(clamped_ce(r.model, r.x, r.y, params.batch_size, mode,
-                                           r.h0) - unclamped)
-        docs.append(r.token_docs())
-        seeds.append(np.full(r.y.numel(), r.cell.train.seed))
-    doc, seed = np.concatenate(docs), np.concatenate(seeds)
-    result = {}
-    for mode, parts in deltas.items():
-        delta = np.concatenate(parts, axis=1)
-        result[mode] = {"delta_ce": {f"k{k}": float(v) for k, v in
-                                     enumerate(delta.mean(axis=1), 1)},
-                        "delta_ce_last": bootstrap_mean(delta[-1], doc, params.bootstrap,
-                                                        runs=seed).to_dict()}
-    write_json(paths.metrics_file("clamp", name), result)
-    print(f"clamp {name}: final-loop delta CE " + ", ".join(
-        f"{mode} {result[mode]['delta_ce'][f'k{loops}']:+.4f}" for mode in CLAMP_MODES))
+        seed, docs = r.cell.train.seed, r.token_docs()
+        unclamped = unclamped_ce(tokens, seed, docs, r.cell.model.loops, name)
+        runs.append(clamp_run(r.model, r.x, r.y, r.h0, params.batch_size, unclamped, seed,
+                              docs))
+    metrics = clamp_metrics(runs, params.bootstrap)
+    write_outputs("clamp", name, metrics)
+    print(f"clamp {name}: {clamp_headline(metrics)}")
 
 
 if __name__ == "__main__":

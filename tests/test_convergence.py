@@ -6,18 +6,23 @@ import pytest
 import torch
 
 from loopscope.convergence import (
-    TOKEN_TYPES,
+    RunConvergence,
     Trajectory,
+    cell_metrics,
+    cell_table,
     convergence_loop,
     cross_analysis,
     first_below,
+    headline,
     summarize,
 )
 from loopscope.data import document_ids
 from loopscope.errors import DataError
 from loopscope.paper_b import paper_b_claims
+from loopscope.params import ConvergenceConfig
 from loopscope.policies import PolicyResult
 from loopscope.runs import document_window_sets
+from loopscope.token_types import TOKEN_TYPES
 
 
 def test_the_two_convergence_definitions_differ_on_a_token_that_moves_again():
@@ -153,3 +158,72 @@ def test_the_training_mean_follows_the_depth_convention():
     assert training_mean(TrainConfig(depth="lognormal", depth_mean="loops"), 8) == 8
     assert training_mean(TrainConfig(depth="lognormal", depth_mean="loops_plus_one"), 8) == 9
     assert training_mean(TrainConfig(depth="fixed"), 4) == 4
+
+
+def run_of(seed: int, choose: dict[int, float], exit_loop: int) -> RunConvergence:
+    """A run of the constructed trajectory, its documents its own, with CE 5 at every
+    depth of `choose` but those given, and A1 exiting every token at exit_loop."""
+    traj, docs, types = trajectory(np.random.default_rng(seed))
+    n = traj.ce.shape[1]
+    choose_ce = np.full((traj.depth, 50), 5.0)
+    for depth, ce in choose.items():
+        choose_ce[depth - 1] = ce
+    exits = PolicyResult(traj.ce[exit_loop - 1], np.full(n, exit_loop), np.ones(n),
+                         np.zeros(n))
+    return RunConvergence(seed, R, R + 1.0, traj, choose_ce, exits, np.arange(n) % 64,
+                          types, docs + 100 * seed, "document")
+
+
+def two_runs() -> list[RunConvergence]:
+    # depth 3 is best on the first run's `choose` windows, 7 on the second's, 5 pooled
+    return [run_of(1, {3: 4.0, 5: 4.1, 7: 4.4}, 2), run_of(2, {3: 4.4, 5: 4.1, 7: 4.0}, 4)]
+
+
+CFG = ConvergenceConfig(epsilon=1e-3, tolerance=0.01, bootstrap=200)
+
+
+def test_cell_metrics_pool_the_tokens_of_every_run():
+    runs = two_runs()
+    m = cell_metrics(runs, CFG, 5e-4)
+    pooled = summarize(Trajectory.concat([r.traj for r in runs]),
+                       np.concatenate([r.docs for r in runs]),
+                       np.concatenate([r.types for r in runs]), R, CFG.epsilon,
+                       CFG.tolerance, CFG.bootstrap, R + 1.0)
+    assert {k: m[k] for k in pooled} == pooled
+    assert m["tokens"] == 2 * DOCS * PER_DOC and m["units"] == 2 * DOCS
+    assert m["cross"]["best_depth"] == 5  # neither run's own best
+    assert m["cross"]["mean_exit_loop"] == pytest.approx(3.0)
+    assert m["cross"]["epsilon"] == 5e-4
+    assert (m["seeds"], m["unit"]) == (2, "document")
+
+
+def test_the_cell_table_has_one_row_per_token_run_by_run():
+    runs = two_runs()
+    table = cell_table(runs, CFG.epsilon)
+    n = DOCS * PER_DOC
+    assert list(table.columns) == ["seed", "doc", "token_id", "type", "convergence_loop",
+                                   "first_below_loop", "exit_loop", "ce_depth1",
+                                   "ce_reference"]
+    assert table["seed"].tolist() == [1] * n + [2] * n
+    second = table[n:]
+    np.testing.assert_array_equal(second["convergence_loop"],
+                                  convergence_loop(runs[1].traj.kl, CFG.epsilon))
+    np.testing.assert_array_equal(second["ce_reference"], runs[1].traj.ce[R - 1])
+    assert (second["exit_loop"] == 4).all() and second["exit_loop"].dtype == np.int16
+    assert table["token_id"].dtype == np.int32
+    first = table["type"][:n]
+    assert first[:3].tolist() == ["special"] * 3  # the constructed specials
+    assert set(first[3:]) == {"whitespace", "punctuation", "content word"}
+
+
+def test_the_headline_reads_the_metrics():
+    runs = two_runs()
+    m = cell_metrics(runs, CFG, 1e-3)
+    c = m["convergence"]
+    assert headline(m) == (
+        f"median token converges at loop {c['median_loop']['value']:g}, "
+        f"{c['share_after_reference']['value']:.1%} still changing after R; useful depth "
+        f"{R}; A1 exits at 3.00 loops on average")
+    assert runs[0].describe().startswith(f"CE {runs[0].traj.ce[0].mean():.3f} at depth 1, ")
+    assert runs[0].describe().endswith(f"at R = {R}, {runs[0].traj.ce[-1].mean():.3f} at "
+                                       f"{4 * R}")

@@ -7,24 +7,36 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import TINY
 from conftest import tiny_model as model
 
 from loopscope.diagnostics import (
+    CLAMP_MODES,
+    Clamped,
     Timed,
     angular_step,
+    clamp_headline,
     clamp_hook,
+    clamp_metrics,
+    clamp_run,
     clamped_ce,
+    diagnose_headline,
     lemma2_slope,
     load_extract,
     measure,
     norm_stats,
+    pool_runs,
     radial_cosines,
     summarize,
+    summarize_runs,
     sweep_means,
     throughput,
+    unclamped_ce,
     write_extract,
 )
-from loopscope.model import loop_ce
+from loopscope.errors import DataError
+from loopscope.model import LoopedLM, loop_ce
+from loopscope.units import Units
 
 
 def data(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,3 +229,103 @@ def test_throughput_interleaves_cells_within_each_round():
     throughput(jobs, batch_size=4, rounds=2)
     timed = calls[2:]  # after one warm-up call per cell
     assert timed == [("a", 1), ("a", 2), ("b", 1), ("b", 2)] * 2
+
+
+def two_seeds() -> list:
+    """The depth sweep of two differently initialized models on the same windows, each
+    named as a seed of one cell (Measured.of_run)."""
+    x, y = data()
+    docs = np.array([0, 0, 1, 1, 2, 2])
+    units = Units(docs, "document")
+    first = measure(model(), x, y, docs, 4, loops=5).of_run(42, units)
+    torch.manual_seed(1)
+    other = LoopedLM(TINY).eval()
+    return [first, measure(other, x, y, docs, 4, loops=5).of_run(43, units)]
+
+
+def test_of_run_puts_the_seed_first_without_touching_the_measurements():
+    x, y = data()
+    docs = np.array([0, 0, 1, 1, 2, 2])
+    m = measure(model(), x, y, docs, 4, loops=5)
+    seeded = m.of_run(7, Units(docs, "document"))
+    assert "seed" not in m.tokens.columns and m.units is None
+    for table in (seeded.tokens, seeded.sweep):
+        assert table.columns[0] == "seed" and (table["seed"] == 7).all()
+    pd.testing.assert_frame_equal(seeded.tokens.drop(columns="seed"), m.tokens)
+    assert seeded.units.describe() == {"unit": "document", "units": 3}
+
+
+def test_pooled_runs_keep_every_row_and_average_the_batch_radial_fraction():
+    runs = two_seeds()
+    pooled = pool_runs(runs)
+    assert pooled.tokens["seed"].tolist() == [42] * 96 + [43] * 96
+    assert pooled.sweep["seed"].tolist() == [42] * 3 + [43] * 3
+    assert pooled.radial_batch == pytest.approx(
+        [(a + b) / 2 for a, b in zip(*(m.radial_batch for m in runs), strict=True)])
+
+
+def test_summarize_runs_pools_the_seeds_and_gives_their_spread():
+    runs = two_seeds()
+    metrics, pooled = summarize_runs(runs)
+    assert metrics["ppl_at_depth"] == summarize(pooled)["ppl_at_depth"]
+    each = [summarize(m)["ppl_at_depth"]["k3"] for m in runs]
+    assert each[0] != each[1]
+    assert metrics["ppl_at_depth_sd"]["k3"] == pytest.approx(abs(each[0] - each[1]) / 2)
+    assert metrics["seeds"] == 2 and metrics["val_tokens"] == 96  # one run's windows
+    assert (metrics["unit"], metrics["units"]) == ("document", 3)
+    same, _ = summarize_runs([runs[0], runs[0]])
+    assert same["norm_mean_sd"] == {k: 0.0 for k in same["norm_mean"]}
+    plain = measure(model(), *data(), np.zeros(6, np.int64), 4, loops=5)
+    with pytest.raises(ValueError, match="of_run"):
+        summarize_runs([plain])
+
+
+def test_diagnose_headline_reads_the_training_depth():
+    metrics, _ = summarize_runs(two_seeds())
+    line = diagnose_headline(metrics)
+    assert line.startswith(f"ppl at K=3 {metrics['ppl_at_depth']['k3']:.1f}, ")
+    assert "over 5 loops" in line and line.endswith("(2 seed(s), 3 units: document)")
+
+
+def test_unclamped_ce_is_the_seeds_rows_of_the_diagnose_table():
+    docs = np.repeat([0, 1], 3)
+    tokens = pd.DataFrame({"seed": [42] * 6 + [43] * 6, "doc": np.tile(docs, 2),
+                           "ce_1": np.arange(12.0), "ce_2": np.arange(12.0) + 100})
+    got = unclamped_ce(tokens, 43, docs, 2, "cell")
+    np.testing.assert_array_equal(got, [np.arange(6.0, 12), np.arange(106.0, 112)])
+    with pytest.raises(DataError, match=r"tables/diagnose/cell.parquet: its seed 42 .*"
+                                        r"diagnose@cell"):
+        unclamped_ce(tokens, 42, docs[::-1], 2, "cell")
+    with pytest.raises(DataError):
+        unclamped_ce(tokens, 44, docs, 2, "cell")
+
+
+def test_clamp_run_is_the_change_from_the_unclamped_ce():
+    x, y = data()
+    m = model(readout="raw")
+    docs = np.repeat(np.arange(6), 16)
+    base = clamped_ce(m, x, y, 4, "freeze_loop1")
+    run = clamp_run(m, x, y, None, 4, base, 42, docs)
+    assert set(run.delta) == set(CLAMP_MODES) and run.seed == 42
+    np.testing.assert_array_equal(run.delta["freeze_loop1"], np.zeros_like(base))
+    np.testing.assert_array_equal(run.delta["remove_radial"],
+                                  clamped_ce(m, x, y, 4, "remove_radial") - base)
+
+
+def test_clamp_metrics_pool_the_seeds_per_loop_and_bound_the_last_loop():
+    rng = np.random.default_rng(0)
+    docs = np.repeat(np.arange(20), 10)
+    runs = [Clamped(seed, docs, {mode: rng.normal(shift, 0.1, (3, 200)) + [[0], [0], [1]]
+                                 for mode in CLAMP_MODES})
+            for seed, shift in ((42, 0.0), (43, 0.5))]
+    m = clamp_metrics(runs, 200)
+    for mode in CLAMP_MODES:
+        pooled = np.concatenate([r.delta[mode] for r in runs], axis=1)
+        assert list(m[mode]["delta_ce"]) == ["k1", "k2", "k3"]
+        assert m[mode]["delta_ce"]["k3"] == pytest.approx(pooled[2].mean())
+        assert m[mode]["delta_ce"]["k3"] == pytest.approx(1.25, abs=0.05)  # both seeds
+        last = m[mode]["delta_ce_last"]
+        assert last["lo"] < last["value"] < last["hi"]
+        assert last["value"] == pytest.approx(pooled[2].mean())
+    assert clamp_headline(m) == "final-loop delta CE " + ", ".join(
+        f"{mode} {m[mode]['delta_ce']['k3']:+.4f}" for mode in CLAMP_MODES)

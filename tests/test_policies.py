@@ -14,7 +14,6 @@ from loopscope.config import TrainConfig
 from loopscope.convergence import (
     argmax_changes_later,
     convergence_loop,
-    token_type,
     trajectory,
     uniform_ce,
     useful_depth,
@@ -25,6 +24,7 @@ from loopscope.params import RULE_DEFAULTS, default_grids
 from loopscope.policies import (
     KL,
     RULES,
+    SWEPT,
     ArgmaxStability,
     Cosine,
     EntropyDiff,
@@ -32,14 +32,19 @@ from loopscope.policies import (
     LatentDiff,
     MinpKL,
     PolicyResult,
+    Sweep,
     Uniform,
     evaluate,
+    headline,
     make,
     masked_forward,
     minp_log_probs,
     never_exits,
     rule_defaults,
+    settings,
     summarize,
+    summarize_sweeps,
+    sweep_settings,
 )
 
 
@@ -370,15 +375,6 @@ def test_useful_depth_is_the_first_within_tolerance_of_the_best():
     assert useful_depth(draws, 0.01).tolist() == [3, 2]
 
 
-@pytest.mark.parametrize("text, kind", [
-    ("  \n", "whitespace"), (" ,", "punctuation"), ("--", "punctuation"), (" 1599", "number"),
-    ("3.14", "number"), (" the", "function word"), ("Thou", "function word"),
-    (" king", "content word"), ("ing", "content word"),
-])
-def test_token_types(text, kind):
-    assert token_type(text) == kind
-
-
 def test_trajectory_kl_and_ce_agree_with_a_direct_computation():
     model = backbone()
     x = tiny_tokens(2, 16)
@@ -414,12 +410,12 @@ def _result(ce: np.ndarray, loops: float, checks: int = 1) -> PolicyResult:
     return PolicyResult(ce, exit_loop, np.full(n, checks), np.zeros(n))
 
 
-def summarized(match=0.01, report_shift=0.0):
-    """summarize() on constructed per-token CEs: R = 4, 40 tokens in 8 documents.
-    Uniform depth 2 is within match_nats of depth 4 but not within half of it; depth 3
-    within half. kl at 0.01 likewise matches only at the full margin; at 1e-3 within
-    half. probe never matches."""
-    model, n, r = backbone(), 40, 4
+def constructed(report_shift=0.0):
+    """Per-token CEs of a constructed sweep: R = 4, 40 tokens in 8 documents. Uniform
+    depth 2 is within match_nats of depth 4 but not within half of it; depth 3 within
+    half. kl at 0.01 likewise matches only at the full margin; at 1e-3 within half.
+    probe never matches."""
+    model, n = backbone(), 40
     docs = np.repeat(np.arange(8), 5)
     base = 3.0 + 0.1 * np.sin(np.arange(n))
     sets = {"choose": base, "report": base + report_shift}
@@ -429,7 +425,13 @@ def summarized(match=0.01, report_shift=0.0):
             ("kl-huginn", 1e-3): (0.006, 2.0), ("probe", 0.5): (0.1, 1.0)}
     results = {key: {s: _result(ce + d, loops) for s, ce in sets.items()}
                for key, (d, loops) in rows.items()}
-    metrics, table = summarize(model, uniform, results, docs, r, match, resamples=200)
+    return model, uniform, results, docs
+
+
+def summarized(match=0.01, report_shift=0.0):
+    """summarize() on the constructed sweep (constructed)."""
+    model, uniform, results, docs = constructed(report_shift)
+    metrics, table = summarize(model, uniform, results, docs, 4, match, resamples=200)
     return model, metrics, table
 
 
@@ -485,3 +487,52 @@ def test_summarize_refuses_a_default_that_was_not_swept():
     results = {("cosine", 0.0): {s: _result(ce, 2.0) for s in ("choose", "report")}}
     with pytest.raises(ValueError, match="cosine: threshold 0.001 was not swept"):
         summarize(model, uniform, results, np.arange(10), 2, 0.01, 100)
+
+
+def test_sweep_settings_gives_every_setting_its_own_masked_forward():
+    """The sweep's shortcuts (the never-exiting run for settings that cannot exit,
+    replayed loops for the rest) leave each setting its own evaluate, bit for bit."""
+    model = backbone()
+    x, y = tiny_tokens(4, 16), tiny_tokens(4, 16).roll(1, 1)
+    h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))
+    w = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    grids = {"kl": [0.0, 1e-2, 10.0], "argmax-stability": [1, 5], "probe": [1e-8, 0.5]}
+    cap = 5
+    got = sweep_settings(model, x, y, h0, cap, 2, grids, 1, 1, (w, 0.0))
+    assert list(got) == settings(grids)
+    for (rule, t), result in got.items():
+        own = evaluate(model, x, y, h0, make(rule, t, probe=(w, 0.0)), cap, 2)
+        for field in ("ce", "exit_loop", "checks", "last_angle"):
+            np.testing.assert_array_equal(getattr(result, field), getattr(own, field))
+    assert (got[("kl", 10.0)].exit_loop < cap).any()  # not every setting runs to the cap
+
+
+def split(model, uniform, results, docs, at: int) -> list[Sweep]:
+    """The constructed sweep as two runs of a cell: tokens before `at`, and the rest."""
+    def part(cut: slice) -> Sweep:
+        sweep = Sweep(model, 4, docs[cut], "document", {s: u[:, cut] for s, u in uniform.items()})
+        for s in SWEPT:
+            sweep.results[s] = {key: PolicyResult(*(getattr(per_set[s], f)[cut] for f in
+                                                    ("ce", "exit_loop", "checks", "last_angle")))
+                                for key, per_set in results.items()}
+        return sweep
+    return [part(slice(0, at)), part(slice(at, None))]
+
+
+def test_summarize_sweeps_pools_the_runs_of_a_cell():
+    model, uniform, results, docs = constructed(report_shift=0.05)
+    sweeps = split(model, uniform, results, docs, 15)
+    metrics, rows = summarize_sweeps(sweeps, 0.01, 200)
+    whole, whole_rows = summarize(model, uniform, results, docs, 4, 0.01, resamples=200)
+    assert {k: metrics[k] for k in whole} == whole and rows == whole_rows
+    assert (metrics["seeds"], metrics["unit"], metrics["units"]) == (2, "document", 8)
+
+
+def test_the_policies_headline_names_every_rule():
+    _, metrics, _ = summarized()
+    kl = metrics["kl"]
+    line = headline(metrics)
+    assert line.startswith("depth-4 quality at: uniform depth 3, ")
+    assert (f"kl {kl['mean_loops']:.2f} loops (FLOPs x{kl['flops_ratio']:.2f}, "
+            f"x{kl['flops_ratio_baseline']:.2f} of the baseline)") in line
+    assert line.endswith("probe unmatched")

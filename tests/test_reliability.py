@@ -19,6 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -32,7 +33,7 @@ from loopscope.checkpoint import discard_resume, load_model, save_model
 from loopscope.config import TrainConfig
 from loopscope.data import check_context, write_prepared
 from loopscope.errors import CheckpointError, CollapseError, DataError
-from loopscope.outputs import temp_path, write_json
+from loopscope.outputs import temp_path, write_json, write_outputs
 from loopscope.params import load_params, resolve_cell
 from loopscope.stage import run
 from loopscope.tokenizer import train_tokenizer
@@ -298,6 +299,20 @@ def test_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
                               "then rerun `dvc repro`")
     assert json.loads(path.read_text()) == {"ok": 1}  # the complete old file, untouched
     assert not temp_path(path).exists()  # and no partial file left to fill the disk
+
+
+def test_write_outputs_puts_each_table_and_the_metrics_where_paths_says(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = pd.DataFrame({"doc": [0, 1], "ce": [1.5, 2.5]})
+    write_outputs("diagnose", "cell", {"b": 1, "a": 2}, {"diagnose": table, "sweep": table[:1]})
+    pd.testing.assert_frame_equal(pd.read_parquet(paths.table_file("diagnose", "cell")), table)
+    assert len(pd.read_parquet(paths.table_file("sweep", "cell"))) == 1
+    assert paths.metrics_file("diagnose", "cell").read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'
+    write_outputs("clamp", "cell", {"a": 1})  # metrics alone
+    assert json.loads(paths.metrics_file("clamp", "cell").read_text()) == {"a": 1}
+    assert not paths.table_file("clamp", "cell").exists()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
 
 
 # --- end to end: the real dvc repro on a micro copy -------------------------------------

@@ -1,4 +1,4 @@
-"""Token types by the whole word a token is part of (loopscope.convergence.window_types),
+"""Token types by the whole word a token is part of (loopscope.token_types.window_types),
 on real byte-level BPE and word-level tokenizers trained here on a tiny text."""
 
 import time
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models
 
-from loopscope.convergence import (
+from loopscope.token_types import (
     SPECIAL,
     TOKEN_TYPES,
     token_bytes,
@@ -45,6 +45,15 @@ def typed(tok: Tokenizer, ids: list[int]) -> list[tuple[bytes, str]]:
 
 def types_of(tok: Tokenizer, text: str) -> list[tuple[bytes, str]]:
     return typed(tok, tok.encode(text).ids)
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("  \n", "whitespace"), (" ,", "punctuation"), ("--", "punctuation"), (" 1599", "number"),
+    ("3.14", "number"), (" the", "function word"), ("Thou", "function word"),
+    (" king", "content word"), ("ing", "content word"),
+])
+def test_token_type_names_a_piece_of_text_taken_alone(text, kind):
+    assert token_type(text) == kind
 
 
 def test_the_same_in_piece_is_a_function_word_alone_and_content_inside_a_word(bpe):

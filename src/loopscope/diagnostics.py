@@ -21,7 +21,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from statistics import pstdev
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -29,9 +30,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from loopscope import paths
 from loopscope.errors import DataError, require_disk
 from loopscope.model import LoopedLM
 from loopscope.outputs import atomic_write_bytes
+from loopscope.stats import bootstrap_mean
+from loopscope.units import Units
 
 ClampMode = Literal["freeze_loop1", "remove_radial"]
 CLAMP_MODES: tuple[ClampMode, ...] = ("freeze_loop1", "remove_radial")
@@ -173,11 +177,21 @@ class Measured:
         radial_k (the radial increment s_k - s_k-1).
     radial_batch: per loop k = 1..K, the radial fraction of the mean loss over each
         batch of 2048 tokens, averaged over batches (the paper's definition).
+    units: the resampling units of the windows (of_run names them; None until then).
     """
 
     tokens: pd.DataFrame
     sweep: pd.DataFrame
     radial_batch: list[float]
+    units: Units | None = None
+
+    def of_run(self, seed: int, units: Units) -> Measured:
+        """These measurements as one seed of a cell: a seed column first in both tables,
+        so the runs stay apart once pooled, and the units the run's windows fall in."""
+        tokens, sweep = self.tokens.copy(), self.sweep.copy()
+        tokens.insert(0, "seed", seed)
+        sweep.insert(0, "seed", seed)
+        return Measured(tokens, sweep, self.radial_batch, units)
 
 
 def _rms(h: torch.Tensor) -> torch.Tensor:
@@ -331,6 +345,48 @@ def summarize(m: Measured) -> dict[str, dict[str, float]]:
     return out
 
 
+def pool_runs(runs: list[Measured]) -> Measured:
+    """A cell's runs (seeds) as one: their rows one run after the other, and the batch
+    radial fraction of each loop averaged over runs."""
+    batch = [sum(v) / len(runs) for v in zip(*(m.radial_batch for m in runs), strict=True)]
+    return Measured(pd.concat([m.tokens for m in runs], ignore_index=True),
+                    pd.concat([m.sweep for m in runs], ignore_index=True), batch, runs[0].units)
+
+
+def summarize_runs(runs: list[Measured]) -> tuple[dict[str, Any], Measured]:
+    """metrics/diagnose/<cell>.json and the pooled measurements its tables hold.
+
+    Every metric pools the cell's runs (summarize of pool_runs); ppl_at_depth_sd and
+    norm_mean_sd give the spread of the runs' own values (0 with one seed), so a pooled
+    value that hides seeds disagreeing shows. The runs come from Measured.of_run: every
+    run of a cell reads the same windows, so its token count and units are the cell's."""
+    pooled = pool_runs(runs)
+    if pooled.units is None:
+        raise ValueError("summarize_runs wants runs named by Measured.of_run")
+    metrics: dict[str, Any] = summarize(pooled)
+    each = [summarize(m) for m in runs]
+    for key in ("ppl_at_depth", "norm_mean"):
+        metrics[f"{key}_sd"] = {k: pstdev(e[key][k] for e in each) for k in metrics[key]}
+    metrics["seeds"] = len(runs)
+    metrics["val_tokens"] = len(runs[-1].tokens)
+    metrics.update(pooled.units.describe())
+    return metrics, pooled
+
+
+def diagnose_headline(metrics: dict[str, Any]) -> str:
+    """A cell's diagnosis in one line, from its metrics: at the training depth K,
+    perplexity, norm and radial fraction; over the sweep, Lemma 2's scale and slope."""
+    loops = len(metrics["ppl_at_depth"])
+    last, lemma2 = f"k{loops}", metrics["lemma2"]
+    return (f"ppl at K={loops} {metrics['ppl_at_depth'][last]:.1f}, final-loop mean norm "
+            f"{metrics['norm_mean'][last]:.1f}, radial fraction per token "
+            f"{metrics['radial_fraction_token'][last]:.1e} (eps floor "
+            f"{metrics['radial_floor'][last]:.1e}); over {lemma2['loops']} loops the scale "
+            f"grows x{lemma2['scale_growth']:.2f}, step-vs-scale slope "
+            f"{lemma2['slope']:.2f} ({metrics['seeds']} seed(s), {metrics['units']} units: "
+            f"{metrics['unit']})")
+
+
 @dataclass
 class Timed:
     """A model to time at inference depths 1..loops over windows x (h0: their initial
@@ -421,3 +477,55 @@ def clamped_ce(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, batch_size: in
         rows.append(np.stack([_token_ce(model.read(h, last=k == k_train), yb).double()
                               .cpu().numpy() for k, h in enumerate(out.states, 1)]))
     return np.concatenate(rows, axis=1)
+
+
+def unclamped_ce(tokens: pd.DataFrame, seed: int, docs: np.ndarray, loops: int, cell: str
+                 ) -> np.ndarray:
+    """The unclamped CE the clamp is read against: per loop 1..loops (rows) and token,
+    from diagnose@<cell>'s token table (tokens), the rows of this seed. A DataError if
+    those rows are not the tokens of the windows measured here (docs: the unit of each
+    token, in reading order), since a delta of mismatched tokens would mean nothing."""
+    mine = tokens[tokens["seed"] == seed]
+    if len(mine) != len(docs) or not np.array_equal(mine["doc"], docs):
+        raise DataError(f"{paths.table_file('diagnose', cell)}: its seed {seed} tokens are "
+                        f"not this stage's windows; rerun `dvc repro diagnose@{cell}`.")
+    return np.stack([mine[f"ce_{k}"].to_numpy() for k in range(1, loops + 1)])
+
+
+@dataclass
+class Clamped:
+    """One run's clamp: per mode, the change in CE per loop and token (clamped minus
+    unclamped, (K, tokens)), with each token's unit and the run's seed."""
+
+    seed: int
+    docs: np.ndarray
+    delta: dict[ClampMode, np.ndarray]
+
+
+def clamp_run(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
+              batch_size: int, unclamped: np.ndarray, seed: int, docs: np.ndarray
+              ) -> Clamped:
+    """Both clamp modes on one run's windows, against its unclamped CE (unclamped_ce)."""
+    return Clamped(seed, docs, {mode: clamped_ce(model, x, y, batch_size, mode, h0) - unclamped
+                                for mode in CLAMP_MODES})
+
+
+def clamp_metrics(runs: list[Clamped], resamples: int) -> dict[str, Any]:
+    """metrics/clamp/<cell>.json: per mode, the mean change in CE per loop over the
+    tokens of every run, and at the last loop its 95% interval from resampling units
+    and seeds."""
+    docs = np.concatenate([r.docs for r in runs])
+    seeds = np.concatenate([np.full(len(r.docs), r.seed) for r in runs])
+    out = {}
+    for mode in CLAMP_MODES:
+        delta = np.concatenate([r.delta[mode] for r in runs], axis=1)
+        out[mode] = {"delta_ce": {f"k{k}": float(v) for k, v in enumerate(delta.mean(axis=1), 1)},
+                     "delta_ce_last": bootstrap_mean(delta[-1], docs, resamples,
+                                                     runs=seeds).to_dict()}
+    return out
+
+
+def clamp_headline(metrics: dict[str, Any]) -> str:
+    """The change in CE at the last loop under each clamp mode, in one line."""
+    return "final-loop delta CE " + ", ".join(
+        f"{mode} {list(metrics[mode]['delta_ce'].values())[-1]:+.4f}" for mode in CLAMP_MODES)

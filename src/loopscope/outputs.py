@@ -13,10 +13,13 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopscope import paths
 from loopscope.errors import require_output
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def temp_path(path: Path) -> Path:
@@ -76,6 +79,17 @@ def _writer(kind: str, cell: str) -> str:
     if kind == "throughput":
         return kind
     return f"train@{cell}" if kind == paths.TRAIN_TIMINGS else f"{kind}@{cell}"
+
+
+def write_outputs(kind: str, cell: str, metrics: dict[str, Any],
+                  tables: dict[str, pd.DataFrame] | None = None) -> None:
+    """A measuring stage's outputs for one cell: each table (by its kind) to
+    tables/<kind>/<cell>.parquet, then the metrics to metrics/<kind>/<cell>.json, each
+    written atomically (atomic_output, write_json)."""
+    for table_kind, table in (tables or {}).items():
+        with atomic_output(paths.table_file(table_kind, cell)) as tmp:
+            table.to_parquet(tmp, index=False)
+    write_json(paths.metrics_file(kind, cell), metrics)
 
 
 def read_metrics(kind: str, cell: str) -> dict[str, Any]:

@@ -29,15 +29,17 @@ change), cosine and argmax-stability.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from loopscope.model import LoopedLM
 from loopscope.stats import Documents
+from loopscope.units import Units
 
 # Per-token math over the vocabulary (log-softmax, KL, CE) runs on CHUNK_BYTES of rows
 # at a time: each temporary then stays in cache and on the reused heap, where a whole
@@ -495,6 +497,26 @@ def evaluate(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor
     return PolicyResult(cat["ce"], cat["exit"], cat["checks"], cat["angle"])
 
 
+def sweep_settings(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
+                   cap: int, batch_size: int, grids: dict[str, list[float]], first: int,
+                   every: int, probe: tuple[torch.Tensor, float] | None = None,
+                   desc: str = "policies") -> dict[tuple[str, float], PolicyResult]:
+    """Every (rule, threshold) of the grids (settings) on one window set, capped at
+    depth `cap`. A setting that cannot exit before the cap has the never-exiting run's
+    outcome; every other one replays that run's loops up to its first exit (evaluate),
+    so the sweep costs a fraction of one masked forward per setting, bit for bit."""
+    loops: list[list[Loop]] = []
+    never = evaluate(model, x, y, h0, never_exits(first, every), cap, batch_size,
+                     record=loops)
+    out = {}
+    for rule, threshold in tqdm(settings(grids), desc=desc, unit="setting", mininterval=5):
+        policy = make(rule, threshold, first, every, probe)
+        out[(rule, threshold)] = (
+            evaluate(model, x, y, h0, policy, cap, batch_size, replay=loops)
+            if policy.can_exit(cap) else never)
+    return out
+
+
 def flops_per_token(model: LoopedLM, exit_loop: np.ndarray, checks: np.ndarray,
                     reads_logits: bool) -> float:
     """Mean forward FLOPs per token of exit decisions: prelude, each loop a token ran,
@@ -609,6 +631,49 @@ def outcomes_of(model: LoopedLM, uniform: dict[str, np.ndarray],
                 rule, threshold, res.ce, res.exit_loop,
                 flops_per_token(model, res.exit_loop, res.checks, RULES[rule].needs_logits)))
     return outcomes
+
+
+SWEPT = ("choose", "report")  # the window sets a sweep runs on (probe: A2's training)
+
+
+@dataclass
+class Sweep:
+    """One run's sweep (seed) of a cell at depth R: per window set of SWEPT, the CE per
+    token at uniform depths 1..R, (R, tokens), and every setting's result."""
+
+    model: LoopedLM  # what the FLOPs are counted on: the same for every run of a cell
+    reference: int  # R
+    docs: np.ndarray  # the resampling unit of each `report` token
+    unit: str  # what a unit is (loopscope.units)
+    uniform: dict[str, np.ndarray] = field(default_factory=dict)
+    results: dict[str, dict[tuple[str, float], PolicyResult]] = field(default_factory=dict)
+
+
+def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int
+                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """metrics/policies/<cell>.json and the frontier rows of a cell: summarize over the
+    tokens of every run pooled (per set and setting), so the choice of a threshold and
+    every interval pool the cell's seeds; with the seed count and resampling units."""
+    cell = sweeps[0]
+    uniform = {s: np.concatenate([w.uniform[s] for w in sweeps], axis=1) for s in cell.uniform}
+    results = {key: {s: pool([w.results[s][key] for w in sweeps]) for s in cell.results}
+               for key in cell.results[SWEPT[0]]}
+    docs = np.concatenate([w.docs for w in sweeps])
+    metrics, rows = summarize(cell.model, uniform, results, docs, cell.reference, match,
+                              resamples)
+    metrics["seeds"] = len(sweeps)
+    metrics.update(Units(docs, cell.unit).describe())
+    return metrics, rows
+
+
+def headline(metrics: dict[str, Any]) -> str:
+    """Where each rule matches depth R's quality, in one line, from the metrics."""
+    found = ", ".join(f"{rule} {m['mean_loops']:.2f} loops (FLOPs x{m['flops_ratio']:.2f}, "
+                      f"x{m['flops_ratio_baseline']:.2f} of the baseline)"
+                      if m.get("matched") else f"{rule} unmatched"
+                      for rule, m in metrics.items() if isinstance(m, dict) and "matched" in m)
+    return (f"depth-{metrics['reference_depth']} quality at: uniform depth "
+            f"{metrics['uniform']['matched_depth']}, {found}")
 
 
 def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],

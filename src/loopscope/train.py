@@ -17,7 +17,7 @@ import dataclasses
 import math
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +260,100 @@ def update(model: torch.nn.Module, opt: torch.optim.Optimizer, loss: torch.Tenso
         opt.step()
 
 
+@dataclass
+class _Run:
+    """What one cell's training carries from step to step, and what its resume
+    checkpoint restores: the model, optimizer and samplers, the step training starts at
+    (0, or the checkpoint's), the seconds spent before it, the rows logged so far and
+    the last loss."""
+
+    model: LoopedLM
+    opt: torch.optim.AdamW
+    batches: Batches
+    depth: Fixed | LogNormal
+    fingerprint: str = ""  # of this run (config, tokens, code), for its checkpoints
+    first: int = 0
+    spent: float = 0.0
+    history: list[dict[str, float]] = field(default_factory=list)
+    loss: float = float("nan")
+
+
+def _start(cell: CellConfig, cfg: TrainConfig, train_tokens: torch.Tensor,
+           device: torch.device, live: Any, resume: Path | None) -> _Run:
+    """A run from its seed, or from the resume checkpoint of this same run where there is
+    one (its logged rows replayed into live); on the device, ready for its first step.
+    The torch RNG is seeded before the model draws its weights and, under torchrun,
+    reseeded per process after: the draws every run makes, in the same order."""
+    rank, size = world()
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    model = LoopedLM(cell.model)
+    model.train()
+    run = _Run(model, optimizer(model, cfg),
+               Batches(train_tokens, cell.model.context, cfg.batch_size, cfg.seed, cfg.stride),
+               sampler(cfg, cell.model.loops))
+    state = None
+    if resume is not None:
+        run.fingerprint = run_fingerprint(cell, train_tokens)
+        state = load_resume(resume, cell, run.fingerprint)
+    if size > 1:
+        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
+    if state is not None:
+        _restore(state, model, run.opt, run.batches, run.depth, device)
+        run.first, run.spent, run.history, run.loss = (state["step"], state["seconds"],
+                                                       state["history"], state["loss"])
+        if rank == 0:
+            print(f"train {cell.cell}: resuming from step {run.first} ({resume})", flush=True)
+        for row in run.history:
+            _log(live, row)
+    model.to(device)
+    _optimizer_to(run.opt, device)
+    return run
+
+
+def _forward(run: _Run, cell: CellConfig, cfg: TrainConfig) -> torch.nn.Module:
+    """The module each step runs: the model, under torchrun wrapped in DDP (which must
+    be told when a step leaves parameters unused), compiled where train.compile asks."""
+    forward: torch.nn.Module = run.model
+    if world()[1] > 1:  # a raw readout never uses the final norm; a one-loop step, the
+        unused = (cell.model.readout == "raw"  # inter-loop norm (it feeds loop 2 on)
+                  or cell.model.inter_loop_norm
+                  and (run.depth.varies or cell.model.loops == 1))
+        forward = torch.nn.parallel.DistributedDataParallel(
+            run.model, find_unused_parameters=unused)
+    return compiled(forward, cfg)
+
+
+def _row(step: int, lr: float, loss: float, ces: list[float], out: LoopOutput, loops: int,
+         y: torch.Tensor, run: _Run, vocab: int, device: torch.device) -> dict[str, float]:
+    """One logged row: loss, lr, the final loop's CE, the state norm per loop (the last
+    loop's alone, and the depth, when the depth is sampled), the tokens' mean pairwise
+    state cosine and the batch's target entropy, each over every process."""
+    row = {"step": step, "train/loss": loss, "train/lr": lr, "train/ce_last": ces[-1]}
+    norms = [h.detach().float().norm(dim=-1).mean().item() for h in out.states]
+    if run.depth.varies:  # one column for the last loop
+        row["train/depth"] = loops
+        norms = norms[-1:]
+        row["train/norm_last"], = _mean_over_processes(norms, device)
+    else:
+        for k, norm in enumerate(_mean_over_processes(norms, device), 1):
+            row[f"train/norm_loop{k}"] = norm
+    row["train/state_cosine"] = state_cosine(out.states[-1], device)
+    row["train/target_entropy"] = target_entropy(y, vocab, device)
+    return row
+
+
+def _checkpoint(run: _Run, resume: Path, done: int, seconds: float,
+                device: torch.device) -> None:
+    """Save the resume checkpoint after step `done`: every process hands in its RNG
+    states, rank 0 writes (seconds: the training time up to here)."""
+    rngs = _rng_states(device)  # every process takes part
+    if world()[0] == 0:
+        save_resume(resume, run.fingerprint, {
+            "step": done, "history": run.history, "loss": run.loss, "seconds": seconds,
+            **_snapshot(run.model, run.opt, run.batches, run.depth, rngs)})
+
+
 def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
                resume: Path | None = None) -> tuple[LoopedLM, dict[str, Any]]:
     """Train one cell; returns the model (on the CPU) and a summary of the run.
@@ -289,96 +383,59 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     device = run_on.device
     cfg = dataclasses.replace(cell.train, steps=train_steps(cell.train, len(train_tokens),
                                                             cell.model.context))
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    model = LoopedLM(cell.model)
-    model.train()
-    opt = optimizer(model, cfg)
-    batches = Batches(train_tokens, cell.model.context, cfg.batch_size, cfg.seed, cfg.stride)
-    depth = sampler(cfg, cell.model.loops)
-    first, spent, history, loss_value = 0, 0.0, [], float("nan")
+    run = _start(cell, cfg, train_tokens, device, live, resume)
     unigram = unigram_entropy(train_tokens, cell.model.vocab_size)  # the collapse guard's bar
-    fingerprint, state = "", None
-    if resume is not None:
-        fingerprint = run_fingerprint(cell, train_tokens)
-        state = load_resume(resume, cell, fingerprint)
-    if size > 1:
-        torch.manual_seed(cfg.seed + 1_000_003 * rank)  # dropout/noise differ per process
-    if state is not None:
-        _restore(state, model, opt, batches, depth, device)
-        first, spent, history, loss_value = (state["step"], state["seconds"],
-                                             state["history"], state["loss"])
-        if rank == 0:
-            print(f"train {cell.cell}: resuming from step {first} ({resume})", flush=True)
-        for row in history:
-            _log(live, row)
-    model.to(device)
-    _optimizer_to(opt, device)
-    forward = model
-    if size > 1:  # a raw readout never uses the final norm; a one-loop step, the
-        unused = (cell.model.readout == "raw"  # inter-loop norm (it feeds loop 2 on)
-                  or cell.model.inter_loop_norm and (depth.varies or cell.model.loops == 1))
-        forward = torch.nn.parallel.DistributedDataParallel(
-            model, find_unused_parameters=unused)
-    forward = compiled(forward, cfg)
+    forward = _forward(run, cell, cfg)
     rows = slice(rank * cfg.batch_size // size, (rank + 1) * cfg.batch_size // size)
     tokens_per_step = cfg.batch_size * cell.model.context
     start = time.perf_counter()
-    bar = tqdm(range(first, cfg.steps), initial=first, total=cfg.steps, disable=rank != 0,
-               desc=f"train {cell.cell}", unit="step", mininterval=2.0)
+    bar = tqdm(range(run.first, cfg.steps), initial=run.first, total=cfg.steps,
+               disable=rank != 0, desc=f"train {cell.cell}", unit="step", mininterval=2.0)
     for step in bar:
         lr = lr_at(step, cfg)
-        for group in opt.param_groups:
+        for group in run.opt.param_groups:
             group["lr"] = lr
-        x, y = batches.next()
+        x, y = run.batches.next()
         x, y = x[rows].to(device), y[rows].to(device)
-        loops = depth.sample()
+        loops = run.depth.sample()
         loss, ces, out = forward_loss(forward, x, y, loops, cfg, run_on)
-        loss_value, *ces = _mean_over_processes([loss.item(), *ces], device)
-        if not math.isfinite(loss_value):
+        run.loss, *ces = _mean_over_processes([loss.item(), *ces], device)
+        if not math.isfinite(run.loss):
             raise DivergenceError(
-                f"cell '{cell.cell}': loss is {loss_value} at step {step} (lr {lr:.3g}); "
+                f"cell '{cell.cell}': loss is {run.loss} at step {step} (lr {lr:.3g}); "
                 "lower train.lr or raise train.warmup_steps. No model was saved.")
-        update(model, opt, loss, cfg.grad_clip)
-        tok_s = tokens_per_step * (step + 1 - first) / (time.perf_counter() - start)
-        bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tok_s:,.0f}", refresh=False)
+        update(run.model, run.opt, loss, cfg.grad_clip)
+        tok_s = tokens_per_step * (step + 1 - run.first) / (time.perf_counter() - start)
+        bar.set_postfix(loss=f"{run.loss:.3f}", tok_s=f"{tok_s:,.0f}", refresh=False)
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
-            row = {"step": step, "train/loss": loss_value, "train/lr": lr,
-                   "train/ce_last": ces[-1]}
-            norms = [h.detach().float().norm(dim=-1).mean().item() for h in out.states]
-            if depth.varies:  # one column for the last loop
-                row["train/depth"] = loops
-                norms = norms[-1:]
-                row["train/norm_last"], = _mean_over_processes(norms, device)
-            else:
-                for k, norm in enumerate(_mean_over_processes(norms, device), 1):
-                    row[f"train/norm_loop{k}"] = norm
-            row["train/state_cosine"] = state_cosine(out.states[-1], device)
-            row["train/target_entropy"] = target_entropy(y, cell.model.vocab_size, device)
-            history.append(row)
+            row = _row(step, lr, run.loss, ces, out, loops, y, run, cell.model.vocab_size,
+                       device)
+            run.history.append(row)
             _log(live, row)
             if cfg.collapse_guard:
-                check_collapse(cell.cell, history, cfg, lr, loss_value, unigram)
+                check_collapse(cell.cell, run.history, cfg, lr, run.loss, unigram)
         done = step + 1
         if resume is not None and done % cfg.checkpoint_every == 0 and done < cfg.steps:
-            rngs = _rng_states(device)  # every process takes part
-            if rank == 0:
-                save_resume(resume, fingerprint, {
-                    "step": done, "history": history, "loss": loss_value,
-                    "seconds": spent + time.perf_counter() - start,
-                    **_snapshot(model, opt, batches, depth, rngs)})
-    seconds = spent + time.perf_counter() - start
-    model.to("cpu")
-    summary = {
-        "final_loss": loss_value,
+            _checkpoint(run, resume, done, run.spent + time.perf_counter() - start, device)
+    seconds = run.spent + time.perf_counter() - start
+    run.model.to("cpu")
+    return run.model, _summary(run, cfg, run_on, seconds)
+
+
+def _summary(run: _Run, cfg: TrainConfig, run_on: compute.Compute, seconds: float
+             ) -> dict[str, Any]:
+    """The run's summary (train_cell): reproducible but for its timings."""
+    size = world()[1]
+    tokens = cfg.batch_size * run.model.cfg.context * cfg.steps
+    return {
+        "final_loss": run.loss,
         "steps": cfg.steps,
-        "params": model.num_params(),
+        "params": run.model.num_params(),
         "device": run_on.describe() + (f" x{size}" if size > 1 else ""),
         "config": asdict(cfg),
         "timings": {"train_seconds": round(seconds, 2),
-                    "tokens_per_second": round(tokens_per_step * cfg.steps / seconds, 1)},
+                    "tokens_per_second": round(tokens / seconds, 1)},
     }
-    return model, summary
 
 
 def check_collapse(name: str, history: list[dict[str, float]], cfg: TrainConfig,
