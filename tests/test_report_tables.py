@@ -40,6 +40,7 @@ from loopscope.report_tables import (
     lemma2_table,
     match_target,
     norm_ccdf,
+    paper_norms,
     per_loop_table,
     perplexity_table,
     policy_table,
@@ -208,6 +209,10 @@ def test_final_loop_norms_take_each_cell_at_its_own_depth(paper_a):
     assert list(table["mean"]) == [2.0, 30.0]  # short at k2, long at k3
     assert list(table.columns) == ["mean", "median", "p99", "p99_over_median",
                                    "share_above_10x_median"]
+    info = pd.DataFrame({"loss placement": ["per_loop", "final", "per_loop"],
+                         "group": ["normed baseline", "normed baseline", "scale-controlled"]},
+                        index=["drifts", "terminal", "control"])
+    assert list(paper_norms(info)) == ["~39,000 (44M), 56,051 (129M)", "-", "17 to 83"]
 
 
 def test_perplexity_table_has_a_column_per_depth(paper_a):

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from loopscope import paths
-from loopscope.cells import cell_group, paper_b_backbones, recipe
+from loopscope.cells import cell_group, control, paper_b_backbones, recipe
 from loopscope.config import load_cell
 from loopscope.errors import require_output
 from loopscope.paper_a import CellA, init_effect, paper_a_claims
@@ -43,15 +43,17 @@ def paper_a_cells(cells: list[str]) -> dict[str, CellA]:
         out[c] = CellA(cell_group(cfg), cfg.train.loss, cfg.model.readout, recipe(cfg),
                        cfg.model.loops, table("diagnose", c), table("sweep", c),
                        metrics("clamp", c), speed["tokens_per_s"], speed["flops_per_token"],
-                       metrics("diagnose", c).get("unit", "document"))
+                       metrics("diagnose", c).get("unit", "document"), control(cfg),
+                       cfg.model.d_model)
     return out
 
 
 def judge(cells: list[str], policy_cells: list[str], margin: float, resamples: int
           ) -> dict[str, Any]:
     """Both papers' claims on this run's outputs (tables/claims.json): each table as
-    rows (loopscope.claims.table), the verdict counts, and the sentence on what the
-    recipe does to paper A's drift magnitude."""
+    rows (loopscope.stats.table), the verdict counts of the findings, paper A's
+    mechanism checks apart (implementation checks, not counted as reproduced findings),
+    and the sentence on what the recipe does to paper A's drift magnitude."""
     configs = {c: load_cell(paths.config_file(c)) for c in cells}
     groups = {c: cell_group(configs[c]) for c in cells}
     data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"])
@@ -62,11 +64,13 @@ def judge(cells: list[str], policy_cells: list[str], margin: float, resamples: i
         path = paths.metrics_file(kind, cell)
         return json.loads(require_output(path, f"{kind}@{cell}").read_text())
 
-    found = {"paper_a": paper_a_claims(data, margin, resamples),
+    judged = paper_a_claims(data, margin, resamples)
+    found = {"paper_a": [c for c in judged if c.kind == "finding"],
              "paper_b": paper_b_claims({c: read("convergence", c) for c in cells},
                                        {c: read("policies", c) for c in policy_cells},
                                        main, second)}
     out: dict[str, Any] = {k: table(v) for k, v in found.items()}
+    out["mechanism_checks"] = table([c for c in judged if c.kind == "check"])
     out["counts"] = {k: {verdict: sum(c.verdict == verdict for c in v)
                          for verdict in ("holds", "contradicted", "inconclusive", "not shown")}
                      for k, v in found.items()}

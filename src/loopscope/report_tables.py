@@ -6,8 +6,8 @@ here. Files are read through loopscope.outputs, so a missing one names the stage
     every report         table_display, computed_from, claims_table, verdict_counts
     index                provenance_table, headline_table
     blind_spot (paper A) cell_table, per_loop_table, sweep_table, depths, norm_ccdf,
-                         final_loop_norms, lemma2_table, slope_table, perplexity_table,
-                         clamp_modes
+                         final_loop_norms, paper_norms, lemma2_table, slope_table,
+                         perplexity_table, clamp_modes
     convergence          backbone_cells, backbone_table, elasticity_table, token_loops,
     (paper B)            token_table, convergence_line, frontier, exit_rules, match_target,
                          policy_table, saturation_gap, cross_table, exit_benchmark,
@@ -172,6 +172,19 @@ def final_loop_norms(per_loop: pd.DataFrame, loops: Mapping[str, int]) -> pd.Dat
     report their last loop, not the deepest cell's."""
     final = per_loop[per_loop["loop"] == per_loop["cell"].map(loops)]
     return final.set_index("cell")[list(NORM_STATS)]
+
+
+def paper_norms(info: pd.DataFrame) -> pd.Series:
+    """Paper A's final-loop norms beside each cell of cell_table (its group and loss
+    placement): the drifting per-loop normed cell's and the controls' ("-" for a cell
+    the paper gives no norm for)."""
+    def paper(row: pd.Series) -> str:
+        if row["loss placement"] != "per_loop":
+            return "-"
+        return {"normed baseline": "~39,000 (44M), 56,051 (129M)",
+                "scale-controlled": "17 to 83", "final-norm only": "17 to 83"}.get(
+                    row["group"], "-")
+    return info.apply(paper, axis=1).rename("paper A")
 
 
 def lemma2_table(cells: list[str]) -> pd.DataFrame:

@@ -27,6 +27,7 @@ import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
@@ -38,6 +39,7 @@ from loopscope.units import FEWEST_UNITS
 SMALLEST_TYPE = 0.02
 
 Verdict = Literal["holds", "contradicted", "inconclusive", "not shown"]
+ALPHA = 0.05  # every interval is a 95% one, before any correction for a family
 
 
 @dataclass(frozen=True)
@@ -150,10 +152,12 @@ class Documents:
                 out[start + j] = ordered[min(np.searchsorted(row, q * row[-1]), len(row) - 1)]
         return out
 
-    def interval(self, draws: np.ndarray) -> Interval:
+    def interval(self, draws: np.ndarray, family: int = 1) -> Interval:
         """The statistic with its 95% percentile interval over the resamples, and the
-        number of units it rests on."""
-        lo, hi = np.nanquantile(draws[1:], [0.025, 0.975])
+        number of units it rests on. family: the number of comparisons the interval is
+        one of; the level is then 1 - 0.05 / family (Bonferroni)."""
+        tail = ALPHA / 2 / family
+        lo, hi = np.nanquantile(draws[1:], [tail, 1 - tail])
         return Interval(float(draws[0]), float(lo), float(hi), len(self.ids))
 
 
@@ -238,15 +242,32 @@ def inside(iv: Interval, lo: float, hi: float) -> Verdict:
     return "contradicted" if iv.hi < lo or iv.lo > hi else "inconclusive"
 
 
-def all_of(verdicts: list[Verdict]) -> Verdict:
-    """A claim about every cell of a group: contradicted if one contradicts it, holds
-    if all hold, otherwise inconclusive; "not shown" with nothing to judge (a claim
-    about every cell of none must not hold)."""
+def all_of(verdicts: list[Verdict], corrected: list[Verdict] | None = None) -> Verdict:
+    """A claim about every comparison of a family (every cell of a group, every step):
+    holds if each holds on its 95% interval (the claim needs all of them, so no
+    correction is due), contradicted if one is contradicted, otherwise inconclusive;
+    "not shown" with nothing to judge (a claim about every cell of none must not hold).
+    corrected: the same comparisons judged on Bonferroni intervals (level 1 - 0.05 / k
+    for k comparisons, Documents.interval's family, or `widened`); "contradicted" is
+    then read from them, so that one of k chances to fail counts at the 5% level."""
     if not verdicts:
         return "not shown"
-    if "contradicted" in verdicts:
+    if "contradicted" in (verdicts if corrected is None else corrected):
         return "contradicted"
     return "holds" if all(v == "holds" for v in verdicts) else "inconclusive"
+
+
+def widened(iv: Interval, family: int) -> Interval:
+    """A stored 95% interval at the Bonferroni level for a family of `family`
+    comparisons: each side stretched from the estimate by the normal quantile ratio
+    z(1 - 0.025 / family) / z(0.975). For intervals whose resamples are not at hand
+    (the measuring stages store only the 95% interval)."""
+    if family <= 1:
+        return iv
+    z = NormalDist().inv_cdf
+    f = z(1 - ALPHA / 2 / family) / z(1 - ALPHA / 2)
+    return Interval(iv.value, iv.value - f * (iv.value - iv.lo),
+                    iv.value + f * (iv.hi - iv.value), iv.units)
 
 
 @dataclass
@@ -263,6 +284,7 @@ class Claim:
     depth_use: str = ""  # paper B: the backbone's useful depth against R
     recipe: str = ""  # the recipe group of paper A's cells the claim is judged in
     resampled: str = ""  # what the interval resamples: units, and seeds per cell
+    kind: str = "finding"  # finding: a claim of the paper | check: of the implementation
 
     def row(self) -> dict[str, str]:
         return asdict(self)
@@ -276,6 +298,8 @@ def table(claims: list[Claim]) -> list[dict[str, str]]:
     """Rows for a DataFrame or an HTML table; the regime, depth use, recipe and
     resampled columns only where a claim has one."""
     rows = [c.row() for c in claims]
+    for r in rows:
+        del r["kind"]  # the table a row sits in says it: findings and checks apart
     for col in ("regime", "depth_use", "recipe", "resampled"):
         if not any(r[col] for r in rows):
             for r in rows:
