@@ -1,11 +1,15 @@
-"""What several test files share: the tiny model, its training corpus and cell.
+"""What several test files share: the tiny model, its training corpus and cell, and the
+one from-scratch micro `dvc repro` of the end-to-end tests (`reproduced`).
 
 Imported as a module (`from conftest import ...`): pytest puts tests/ on sys.path.
 """
 
 import dataclasses
+from pathlib import Path
 
+import pytest
 import torch
+from micro import reproduce
 
 from loopscope.config import CellConfig, TrainConfig
 from loopscope.model import LoopedLM, ModelConfig
@@ -52,3 +56,17 @@ class Scripted(Policy):
 
     def check(self, loops, h, logits, idx):
         return self.exit_at.to(idx.device)[idx] == loops
+
+
+# Every test that uses `reproduced` carries this mark: `--dist loadgroup` (make test-slow)
+# sends them all to one worker, so the session's one from-scratch run serves them all.
+SHARES_REPRO = pytest.mark.xdist_group("micro_repro")
+
+
+@pytest.fixture(scope="session")
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The micro pipeline with micro.SEEDS (every cell trains twice), `dvc repro` from
+    scratch once for the session: the most expensive state of the end-to-end tests.
+    Read it in place, never change it: a test that changes the repository, or runs a dvc
+    command that writes (repro, exp, push), works on micro.copy_state of it."""
+    return reproduce(tmp_path_factory.mktemp("reproduced"))
