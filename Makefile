@@ -4,8 +4,8 @@
 #   make test    venv + pinned deps + pytest: the fast tests (all but those marked slow),
 #                on two workers, one test at a time
 #   make test-slow   the slow tests only (the micro `dvc repro`, its experiments and queue,
-#                the reliability runs through DVC, the torchrun launches), on two
-#                workers, one test file per worker at a time (they share fixtures)
+#                the remote, the reliability runs through DVC, the torchrun launches), on
+#                two workers; the tests of the one shared micro `dvc repro` on one of them
 #   make test-all    every test, fast and slow, as test-slow runs them
 #                (CI, .ci/run: make test, then make test-slow)
 #   make setup   venv + pinned deps only (e.g. before `dvc pull`)
@@ -46,19 +46,20 @@ depth: data
 	$(BIN)/dvc exp run --run-all
 	$(BIN)/python -m loopscope.levers collect
 
-# The fast tests go to the workers one by one (loadgroup: the tests of an xdist_group
-# mark share a worker), so a long test file does not keep one worker busy alone; the
-# slow ones one file per worker, since a file's tests share one micro `dvc repro`.
-PYTEST := $(BIN)/python -m pytest -q -n 2 --durations=15
+# The tests go to the workers one by one (loadgroup: the tests of an xdist_group mark
+# share a worker), so a long test file does not keep one worker busy alone. The tests of
+# the session's one from-scratch micro `dvc repro` (conftest.SHARES_REPRO, in
+# test_pipeline and test_remote) are one such group: one worker runs it once for them all.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --durations=15 --dist loadgroup
 test: $(STAMP)
-	$(PYTEST) --dist loadgroup -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # pytest exits 5 when it selects no test: no slow test is not a failure
 test-slow: $(STAMP)
-	$(PYTEST) --dist loadfile -m slow || test $$? -eq 5
+	$(PYTEST) -m slow || test $$? -eq 5
 
 test-all: $(STAMP)
-	$(PYTEST) --dist loadfile
+	$(PYTEST)
 
 # Full page: headless Chromium captures only its window, so the window is
 # SCREENSHOT_WIDTH x SCREENSHOT_HEIGHT px (a height any report fits in) and the blank rows

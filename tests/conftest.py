@@ -1,11 +1,15 @@
-"""What several test files share: the tiny model, its training corpus and cell.
+"""What several test files share: the tiny model, its training corpus and cell, and the
+one from-scratch micro `dvc repro` of the end-to-end tests (`reproduced`).
 
 Imported as a module (`from conftest import ...`): pytest puts tests/ on sys.path.
 """
 
 import dataclasses
+from pathlib import Path
 
+import pytest
 import torch
+from micro import reproduce
 
 from loopscope.config import CellConfig, TrainConfig
 from loopscope.model import LoopedLM, ModelConfig
@@ -52,3 +56,39 @@ class Scripted(Policy):
 
     def check(self, loops, h, logits, idx):
         return self.exit_at.to(idx.device)[idx] == loops
+
+
+# Every test that uses `reproduced` carries this mark: `--dist loadgroup` (make test-slow)
+# sends them all to one worker, so the session's one from-scratch run serves them all.
+SHARES_REPRO = pytest.mark.xdist_group("micro_repro")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep `--dist loadgroup` grouping under pytest 9.2. pytest-xdist (3.8) names a test's
+    group by suffixing its node id with "@<group>" on the worker, which the controller
+    then splits off; pytest 9.2 keeps node ids in a structured `_id`, so xdist's suffix
+    is silently lost (pytest-dev/pytest-xdist#1386) and a group's tests spread over the
+    workers: each would build its own micro run. This adds the suffix where pytest 9.2
+    keeps it, only on a loadgroup worker and only where xdist's own did not take."""
+    if not config.getoption("loadgroup", default=False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # an older pytest: xdist's own suffix works there
+        return
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(groups)
+        if groups and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
+@pytest.fixture(scope="session")
+def reproduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The micro pipeline with micro.SEEDS (every cell trains twice), `dvc repro` from
+    scratch once for the session: the most expensive state of the end-to-end tests.
+    Read it in place, never change it: a test that changes the repository, or runs a dvc
+    command that writes (repro, exp, push), works on micro.copy_state of it."""
+    return reproduce(tmp_path_factory.mktemp("reproduced"))

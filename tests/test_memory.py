@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import BACKBONE
 from conftest import tiny_cell as cell
-from test_pipeline import ROOT
+from micro import ROOT
 
 from loopscope import compute, errors, memory, paths, timings
 from loopscope.config import CellConfig

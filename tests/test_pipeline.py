@@ -1,110 +1,40 @@
 """End to end: the real `dvc repro` on a copy of the repository with micro params.
 
-One from-scratch `dvc repro` (the module fixture `reproduced`) is shared: the tests that
-only read its results read it in place; a test that changes the repository works on a
-copy of it (`repo`, or the sweep's own), so each test passes alone and in any order.
-Every test here is marked slow: `make test` leaves them out, `make test-slow` runs them.
+Every test gets the state it needs from a fixture, so each passes alone and in any
+order: one from-scratch `dvc repro` (conftest's session fixture `reproduced`) is shared;
+the tests that only read its results read it in place; a test that changes the
+repository (params, `dvc repro`, `dvc exp run`) works on its own copy of it (`repo`), and
+the queued sweep on the module's copy (`sweep`), which its tests only read. Every test
+here is marked slow: `make test` leaves them out, `make test-slow` runs them.
 """
 
 import json
 import math
-import os
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import SHARES_REPRO
+from micro import SEEDS, copy_repo, copy_state, sh
 
 from loopscope import compute, summary
 from loopscope.config import TrainConfig
 
-ROOT = Path(__file__).resolve().parents[1]
-# Paper A's normed and raw readouts, both loss placements, and paper B's backbone.
-CELLS = ["terminal_normed", "perloop_normed", "perloop_raw", "backbone"]
-
-
-def sh_env() -> dict[str, str]:
-    """The environment of pipeline commands: this venv's python and dvc first."""
-    return {**os.environ,
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-
-
-def sh(cmd: list[str], cwd: Path, check: bool = True, timeout: float | None = None,
-       tries: int = 1) -> subprocess.CompletedProcess:
-    """Run cmd in cwd. timeout and tries are for read-only queries: `dvc plots diff` of
-    two experiments once deadlocked (two threads in a futex wait, 8 minutes, under a
-    loaded CPU) and ran in 4 s when rerun, so such a query is retried, not waited on."""
-    for attempt in range(tries):
-        try:
-            result = subprocess.run(cmd, cwd=cwd, env=sh_env(), capture_output=True,
-                                    text=True, timeout=timeout)
-            break
-        except subprocess.TimeoutExpired:
-            if attempt == tries - 1:
-                raise
-    if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def copy_repo(dest: Path) -> Path:
-    """The project's files (as git sees them) with micro params and a small corpus."""
-    files = sh(["git", "ls-files", "--cached", "--others", "--exclude-standard"], ROOT).stdout
-    for rel in files.split():
-        # not the corpus, tests, or the committed results of the default run
-        if rel.startswith(("data/", "tests/", "metrics/", "dvclive/", "reports/html/",
-                           "tables/plots/")) \
-                or rel in ("data.dvc", "dvc.lock"):
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, dest / rel)
-    shutil.copy(ROOT / "tests" / "micro_params.yaml", dest / "params.yaml")
-    data = dest / "data"
-    data.mkdir()
-    line = "To be, or not to be, that is the question: whether 'tis nobler in the mind\n"
-    for i in range(3):
-        (data / f"doc{i}.txt").write_text("".join(f"{i} {j} {line}" for j in range(300)))
-    sh(["git", "init", "-q"], dest)
-    sh(["dvc", "add", "-q", "data"], dest)
-    sh(["git", "add", "-A"], dest)
-    sh(["git", "commit", "-qm", "micro"], dest)
-    return dest
-
-
 pytestmark = pytest.mark.slow
 
-SEEDS = [42, 43]
+# Paper A's normed and raw readouts, both loss placements, and paper B's backbone.
+CELLS = ["terminal_normed", "perloop_normed", "perloop_raw", "backbone"]
 PER_CELL = ("train", "extract", "diagnose", "clamp", "convergence", "policies")
 
 
-def copy_state(src: Path, dest: Path) -> Path:
-    """A copy of a micro repository as it stands: git, the DVC cache, the outputs."""
-    shutil.copytree(src, dest, symlinks=True)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def reproduced(tmp_path_factory) -> Path:
-    """The micro pipeline with two seeds (so every cell trains twice), `dvc repro` from
-    scratch, once for the module. Read it, never change it: take `repo` for that."""
-    repo = copy_repo(tmp_path_factory.mktemp("pipeline"))
-    with open(repo / "params.yaml", "a") as f:
-        f.write(f"seeds: {SEEDS}\n")
-    sh(["git", "commit", "-qam", "two seeds"], repo)
-    sh(["dvc", "repro"], repo)
-    return repo
-
-
 @pytest.fixture
-def repo(reproduced, tmp_path) -> Path:
-    """A copy of the reproduced micro repository, this test's own to change."""
+def repo(reproduced: Path, tmp_path: Path) -> Path:
+    """A copy of the reproduced micro repository (git, DVC cache, outputs), this test's
+    own to change: what it does never reaches `reproduced` or another test."""
     return copy_state(reproduced, tmp_path / "repo")
 
 
+@SHARES_REPRO
 def test_repro_writes_report_and_finite_metrics(reproduced):
     repo = reproduced
     html = repo / "reports" / "html" / "blind_spot.html"
@@ -162,6 +92,7 @@ def test_repro_writes_report_and_finite_metrics(reproduced):
                for row in headline.values() for k, v in row.items())
 
 
+@SHARES_REPRO
 def test_second_repro_runs_nothing_but_configure(repo):
     """configure runs every time (train.precision auto resolves on the machine); its
     files come out byte-identical, so nothing after it reruns."""
@@ -172,6 +103,7 @@ def test_second_repro_runs_nothing_but_configure(repo):
     assert json.loads(status) == {"configure": ["always changed"]}, status
 
 
+@SHARES_REPRO
 def test_cells_record_the_precision_they_trained_and_were_timed_in(reproduced):
     """configure writes auto as what it resolves to here; throughput times each cell in
     that precision and says which; the reports' provenance names it."""
@@ -186,6 +118,7 @@ def test_cells_record_the_precision_they_trained_and_were_timed_in(reproduced):
     assert f"{expected} (measured in fp32)" in index
 
 
+@SHARES_REPRO
 def test_one_cell_change_reruns_that_cell_only(repo):
     """A cell's own param: configure rewrites that cell's config alone, so `dvc repro`
     would retrain that cell only. What would rerun is all this test is about, so it
@@ -203,6 +136,7 @@ def test_one_cell_change_reruns_that_cell_only(repo):
         assert f"Stage 'train@{cell}' didn't change, skipping" in out
 
 
+@SHARES_REPRO
 def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     """`dvc exp run -S model.readout=raw`: the backbone inherits the readout and retrains
     with everything downstream of it; the paper A cells pin theirs and are skipped."""
@@ -230,9 +164,11 @@ SWEEP_TARGETS = ["plots", "headline"]
 
 
 @pytest.fixture(scope="module")
-def sweep(reproduced, tmp_path_factory) -> tuple[Path, str]:
-    """A sweep over the norm penalty on a copy of the reproduced repository: two
-    experiments queued, run by `dvc queue start -j 2`. (repo, the last `dvc queue status`)"""
+def sweep(reproduced: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A sweep over the norm penalty on the module's copy of the reproduced repository:
+    two experiments queued, run by `dvc queue start -j 2`. Module-scoped, since running
+    it is the expensive part and its two tests only read it (`dvc exp show`, `dvc plots`).
+    (repo, the last `dvc queue status`)"""
     repo = copy_state(reproduced, tmp_path_factory.mktemp("sweep") / "repo")
     for lam in PENALTIES:
         sh(["dvc", "exp", "run", "--queue", "-n", f"pen{lam}",
@@ -247,6 +183,7 @@ def sweep(reproduced, tmp_path_factory) -> tuple[Path, str]:
     return repo, status
 
 
+@SHARES_REPRO
 def test_queued_sweep_runs_in_two_workers(sweep):
     """`dvc exp run --queue` + `dvc queue start -j 2`: every queued run succeeds in its
     own copy of the workspace, and `dvc exp show` lists them with their headline."""
@@ -259,6 +196,7 @@ def test_queued_sweep_runs_in_two_workers(sweep):
     assert text.count("ppl_final") >= len(PENALTIES)
 
 
+@SHARES_REPRO
 def test_plots_cover_every_cell_and_diff_overlays_experiments(sweep):
     """dvc.yaml's top-level plots: `dvc plots show` draws every cell in one plot per
     figure, and `dvc plots diff` of two experiments (the queued sweep's) carries both

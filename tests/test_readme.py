@@ -40,8 +40,14 @@ def test_every_path_readme_names_exists():
     assert missing == []
 
 
+def marked(command: str) -> pytest.param:
+    """A command as a test parameter; one that runs dvc is marked slow, as every test
+    that runs dvc is (`make test` leaves them out)."""
+    return pytest.param(command, marks=[pytest.mark.slow] if command.startswith("dvc ") else [])
+
+
 @pytest.mark.xdist_group("dvc_in_the_repository")  # one worker: dvc locks the repository
-@pytest.mark.parametrize("command", commands())
+@pytest.mark.parametrize("command", [marked(c) for c in commands()])
 def test_readme_cheap_commands_run_on_the_committed_state(command, tmp_path):
     argv = shlex.split(command)
     if argv[0] == "python":

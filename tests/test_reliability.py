@@ -2,7 +2,7 @@
 determinism (byte-identical outputs), full disk.
 
 The fast tests call the library in-process; the end-to-end ones run the real
-`dvc repro` on a micro copy of the repository (test_pipeline.copy_repo), since what
+`dvc repro` on a micro copy of the repository (micro.copy_repo), since what
 matters there is how the stage scripts and DVC behave together.
 """
 
@@ -26,7 +26,7 @@ import yaml
 from conftest import BACKBONE
 from conftest import tiny_cell as cell
 from conftest import tiny_corpus as corpus
-from test_pipeline import ROOT, copy_repo, sh, sh_env
+from micro import ROOT, copy_repo, sh, sh_env
 
 from loopscope import paths, timings
 from loopscope.checkpoint import discard_resume, load_model, save_model

@@ -2,8 +2,9 @@
 nothing left to rerun (docs/scaling.md, "Sharing a run: a DVC remote").
 
 The remote is a local directory: the commands are the same for s3:// or ssh://. The run
-is the micro pipeline of test_pipeline.py (its copy_repo: micro params, a small corpus,
-a tmp git repo), one seed.
+is the session's micro `dvc repro` (conftest's `reproduced`: micro params, a small
+corpus, a tmp git repo), pushed from a copy of it, so no second from-scratch run is
+needed; each test clones its own from the pushed repository.
 """
 
 import json
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_pipeline import copy_repo, sh
+from conftest import SHARES_REPRO
+from micro import copy_state, sh
 
 from loopscope.params import load_params, resolve_cell
 
@@ -42,10 +44,11 @@ def ran(out: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def pushed(tmp_path_factory) -> tuple[Path, Path]:
-    """A finished micro run, committed, pushed to a directory remote: (repo, remote)."""
-    repo = copy_repo(tmp_path_factory.mktemp("origin"))
-    sh(["dvc", "repro"], repo)
+def pushed(reproduced: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A finished micro run, committed, pushed to a directory remote: (repo, remote).
+    A copy of `reproduced`, since committing, adding a remote and pushing change it.
+    Module-scoped: the tests only clone and pull from it."""
+    repo = copy_state(reproduced, tmp_path_factory.mktemp("origin") / "repo")
     sh(["git", "add", "-A"], repo)  # dvc.lock and the cache: false metrics, as committed
     sh(["git", "commit", "-qm", "run"], repo)
     remote = tmp_path_factory.mktemp("remote")
@@ -55,15 +58,18 @@ def pushed(tmp_path_factory) -> tuple[Path, Path]:
     return repo, remote
 
 
-@pytest.fixture(scope="module")
-def clone(pushed, tmp_path_factory) -> Path:
+@pytest.fixture
+def clone(pushed: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A fresh `git clone` of the pushed repository, nothing pulled: this test's own, since
+    the tests pull into it and change its params."""
     repo, _ = pushed
-    dest = tmp_path_factory.mktemp("clone") / "repo"
+    dest = tmp_path / "clone"
     sh(["git", "clone", "-q", str(repo), str(dest)], repo)
     return dest
 
 
 @pytest.mark.slow
+@SHARES_REPRO
 def test_a_fresh_clone_pulls_the_run_and_reruns_nothing(pushed, clone):
     repo, remote = pushed
     assert any(p.is_file() for p in remote.rglob("*"))
@@ -80,12 +86,12 @@ def test_a_fresh_clone_pulls_the_run_and_reruns_nothing(pushed, clone):
 
 
 @pytest.mark.slow
+@SHARES_REPRO
 def test_a_readout_change_marks_only_the_backbone_stale(clone):
     """What `dvc exp run -S model.readout=raw` would rerun, without training: configure
     alone, then `dvc status`. Only the backbone's train stage sees a changed dependency
     (its downstream follows it); the paper A cells pin their readout."""
-    if not (clone / "models").is_dir():
-        sh(["dvc", "pull"], clone)
+    sh(["dvc", "pull"], clone)  # the run's outputs, so status sees only what changed
     params = yaml.safe_load((clone / "params.yaml").read_text())
     params["model"]["readout"] = "raw"
     (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

@@ -28,8 +28,10 @@ import torch.nn.functional as F
 # stored and fed back (through LoopedLM.carry); used by the scale clamp and other
 # interventions.
 LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
-# kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.exits); the
-# heads' queries, keys and values of the tokens computed in this call, (B, H, T, d_head).
+# kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.policies'
+# MaskedKV in the masked reference, loopscope.runtime's GatherKV and LoopKV in the
+# adaptive runtime); the heads' queries, keys and values of the tokens computed in this
+# call, (B, H, T, d_head).
 KV = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 # The options of a model, declared once; params validation derives the allowed values.
