@@ -141,9 +141,9 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
                    (convergence.windows per set)
       policies     (policies.cells) the probe set's trajectory to K, then on each of
                    two sets uniform depth K and every grid setting through the masked
-                   reference: P + K L + R, plus (K - 1) R for a rule that reads logits
+                   forward: P + K L + R, plus (K - 1) R for a rule that reads logits
       bench_exits  (bench.cell, its first run) the scoring mode's six jobs (uniform
-                   depths R and B, the three timed policies, A1's masked reference),
+                   depths R and B, the three timed policies, A1's masked forward),
                    each once untimed and in bench.repeats rounds, each at most
                    P + K (L + R); decoding a few streams adds few FLOPs
     Early exits only make the policies and bench stages cheaper: this is an upper bound.
