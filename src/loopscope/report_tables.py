@@ -31,7 +31,7 @@ from loopscope.config import CellConfig, load_cell
 from loopscope.diagnostics import sweep_means
 from loopscope.errors import require_output
 from loopscope.outputs import loop_order, read_json, read_metrics
-from loopscope.paper_a import CellA
+from loopscope.paper_a import PAPER_CONTROL_NORMS, PAPER_DRIFT_NORMS, CellA
 from loopscope.paper_b import Backbone, worst_step
 from loopscope.stats import Interval
 
@@ -181,8 +181,8 @@ def paper_norms(info: pd.DataFrame) -> pd.Series:
     def paper(row: pd.Series) -> str:
         if row["loss placement"] != "per_loop":
             return "-"
-        return {"normed baseline": "~39,000 (44M), 56,051 (129M)",
-                "scale-controlled": "17 to 83", "final-norm only": "17 to 83"}.get(
+        return {"normed baseline": PAPER_DRIFT_NORMS, "scale-controlled": PAPER_CONTROL_NORMS,
+                "final-norm only": PAPER_CONTROL_NORMS}.get(
                     row["group"], "-")
     return info.apply(paper, axis=1).rename("paper A")
 
