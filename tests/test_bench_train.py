@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import TINY
 
-from loopscope.bench_train import Reference, step_flops, train
+from loopscope.bench_train import TorchBaseline, step_flops, train
 from loopscope.depth import sampler
 from loopscope.errors import ParamsError
 from loopscope.model import LoopedLM
@@ -32,7 +32,7 @@ def test_step_flops_counts_three_passes_through_graph_loops_and_one_through_froz
 
 def test_reference_reads_out_the_same_loops_as_looped_lm():
     x = torch.randint(0, TINY.vocab_size, (2, TINY.context))
-    ref = Reference(TINY)
+    ref = TorchBaseline(TINY)
     assert len(ref(x, TINY.loops, "all", 0)) == TINY.loops
     assert len(ref(x, TINY.loops, "last", 0)) == 1
     assert ref(x, TINY.loops, "last", 0)[0].shape == (2, TINY.context, TINY.vocab_size)
@@ -51,7 +51,7 @@ def test_train_benchmark_reports_each_precision_against_its_own_roof():
                        ("tokens_per_s", "gflops", "speedup_vs_fp32"))
             assert len(row["round_seconds"][p]) == 2  # per-round times kept
         assert row["fp32"]["speedup_vs_fp32"] == 1.0
-        assert row["reference_fp32"]["tokens_per_s"] > 0
+        assert row["torch_baseline_fp32"]["tokens_per_s"] > 0
     # the backbone steps at the depths its sampler draws, as training does
     backbone = result["cells"]["backbone"]
     cell = resolve_cell(params, "backbone")

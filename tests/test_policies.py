@@ -1,4 +1,4 @@
-"""Paper B: the exit semantics (masked reference), the policies, convergence measures."""
+"""Paper B: the exit semantics (masked forward), the policies, convergence measures."""
 
 import dataclasses
 import math
@@ -313,7 +313,7 @@ def test_a_token_that_exits_keeps_its_state_and_shows_its_exit_loop_keys():
         assert not torch.allclose(uniform[:, 1:], h2[:, 1:], atol=1e-5)
 
 
-def test_without_exits_the_masked_reference_is_uniform_depth():
+def test_without_exits_the_masked_forward_is_uniform_depth():
     model = backbone()
     x = tiny_tokens(2, 16)
     h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))

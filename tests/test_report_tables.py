@@ -16,6 +16,7 @@ from conftest import TINY, tiny_cell
 from loopscope import paths
 from loopscope.config import CellConfig
 from loopscope.errors import DataError
+from loopscope.experiments import EXPERIMENTS
 from loopscope.outputs import loop_order, read_metrics
 from loopscope.paper_a import CellA
 from loopscope.paper_b import worst_step
@@ -33,6 +34,7 @@ from loopscope.report_tables import (
     exit_benchmark,
     exit_regime,
     exit_rules,
+    experiment_verdicts,
     final_loop_norms,
     frontier,
     headline_table,
@@ -53,6 +55,7 @@ from loopscope.report_tables import (
     table_display,
     token_loops,
     token_table,
+    units_statement,
     verdict_counts,
 )
 
@@ -164,6 +167,33 @@ def test_claims_are_read_as_judged_and_counted(tmp_path, monkeypatch):
     assert counts["holds"] == 2 and list(counts)[0] == "holds" and sum(counts.values()) == 4
     assert verdict_counts(claims_table("paper_b")) == {"holds": 1}
     assert init_effect() == ""  # one recipe group: no sentence
+
+
+def test_units_statement_names_documents_and_warns_about_blocks(paper_a):
+    line = units_statement("diagnose", ["short", "long"])
+    assert line == "Intervals resample 40 documents for short, long."
+    m = read_metrics("diagnose", "long")
+    write(paths.metrics_file("diagnose", "long"),
+          {**m, "unit": "block of 4 windows within 2 documents", "units": 32})
+    line = units_statement("diagnose", ["short", "long"])
+    assert "40 documents for short; 32 units (block of 4 windows within 2 documents)" in line
+    assert "span fewer than 10 documents, so the units are blocks" in line
+
+
+def test_experiment_verdicts_sit_beside_the_default(paper_a):
+    assert experiment_verdicts("paper_a") is None  # no committed experiment
+    rows = [{"claim": c, "recipe": "ours", "verdict": v}
+            for c, v in (("a", "holds"), ("b", "inconclusive"))]
+    write(paths.CLAIMS, {"paper_a": rows, "paper_b": []})
+    turned = [{**rows[0], "verdict": "contradicted"}, rows[1]]
+    write(EXPERIMENTS / "seeds_plus_one.json",
+          {"experiment": "seeds_plus_one", "base_commit": "0123456789abcdef",
+           "params": {"cells.x.seeds": [43]}, "claims": {"paper_a": turned, "paper_b": []}})
+    table, counts, lines = experiment_verdicts("paper_a")
+    assert list(table["seeds_plus_one"]) == ["contradicted", "inconclusive"]
+    assert counts.loc["inconclusive"].tolist() == [1, 1]
+    assert lines == ["`seeds_plus_one` (cells.x.seeds=[43]; run on 0123456): **1 verdict(s) "
+                     "turned between holds and contradicted**: a [ours]"]
 
 
 def test_headline_rows_lead_with_their_cell_group(paper_a):

@@ -1,4 +1,4 @@
-"""The adaptive runtime equals the masked reference: scoring and decoding, for random
+"""The adaptive runtime equals the masked forward: scoring and decoding, for random
 exit patterns, on models with and without prelude and coda."""
 
 import dataclasses
@@ -35,7 +35,7 @@ def random_exits(b, t, cap, seed):
 
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("seed", [0, 1])
-def test_scoring_equals_the_masked_reference_for_random_exits(name, seed):
+def test_scoring_equals_the_masked_forward_for_random_exits(name, seed):
     model, x, h0 = setup(MODELS[name], seed=seed)
     exit_at = random_exits(*x.shape, 6, seed)
     ref = masked_forward(model, x, Scripted(exit_at), cap=6, h0=h0)
@@ -48,7 +48,7 @@ def test_scoring_equals_the_masked_reference_for_random_exits(name, seed):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_decoding_equals_the_masked_reference_for_random_exits(name):
+def test_decoding_equals_the_masked_forward_for_random_exits(name):
     model, x, h0 = setup(MODELS[name], b=3, t=12)
     exit_at = random_exits(3, 12, 5, 7)
     ref = masked_forward(model, x, Scripted(exit_at), cap=5, h0=h0)
@@ -72,7 +72,7 @@ def test_every_rule_is_in_the_agreement_test():
 
 @pytest.mark.parametrize("rule", list(THRESHOLDS))
 def test_every_rule_decides_alike_in_the_runtime_and_the_reference(rule):
-    # the same policy object through the masked reference, runtime scoring and decoding
+    # the same policy object through the masked forward, runtime scoring and decoding
     model, x, h0 = setup(BACKBONE, b=2, t=16)
     w = torch.randn(BACKBONE.d_model, generator=torch.Generator().manual_seed(0))
     policy = make(rule, THRESHOLDS[rule], probe=(w, 0.0))

@@ -25,8 +25,8 @@ The same ratio against depth R sits beside it (`_vs_r`).
     measured_speedup  the FLOP speedup with each loop and check costed at its measured
                     time for its number of active tokens (scoring only): what skipping
                     can give on this machine once per-call overheads are counted
-    masked_reference_realized  time of uniform depth B / time of A1 through the masked
-                    reference (scoring; paper B's setting, which skips no work)
+    masked_forward_realized  time of uniform depth B / time of A1 through the masked
+                    forward (scoring; paper B's setting, which skips no work)
 
 It imports neither the training benchmark (loopscope.bench_train) nor the training loop
 (loopscope.train): the bench_exits stage depends on exactly the modules it imports
@@ -143,7 +143,7 @@ def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedLM, r: in
 def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b: int,
             batch: int, repeats: int) -> dict[str, Any]:
     """Teacher-forced scoring of the windows: uniform depths R and b (plain forward
-    passes), every policy through the runtime, and A1 through the masked reference."""
+    passes), every policy through the runtime, and A1 through the masked forward."""
     data = _batches(w, batch)
     decisions: dict[str, dict[str, Any]] = {}
     for name, policy in policies.items():
@@ -165,7 +165,7 @@ def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b:
         jobs[name] = (lambda p=policy: [runtime.score(model, xb, p, r, hb)
                                         for xb, _, hb in data])
     if "kl" in policies:
-        jobs["kl (masked reference)"] = lambda: [masked_forward(model, xb, policies["kl"], r, hb)
+        jobs["kl (masked forward)"] = lambda: [masked_forward(model, xb, policies["kl"], r, hb)
                                                  for xb, _, hb in data]
     for name in set(jobs) - set(policies):  # warm-up, untimed (the policies ran above)
         jobs[name]()
@@ -187,9 +187,9 @@ def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b:
         "calibration": cal,
     })
     if "kl" in policies:
-        masked = seconds["kl (masked reference)"]
-        out["masked_reference_realized"] = seconds[f"uniform {b}"] / masked
-        out["masked_reference_realized_vs_r"] = seconds[f"uniform {r}"] / masked
+        masked = seconds["kl (masked forward)"]
+        out["masked_forward_realized"] = seconds[f"uniform {b}"] / masked
+        out["masked_forward_realized_vs_r"] = seconds[f"uniform {r}"] / masked
     return out
 
 

@@ -15,7 +15,7 @@ optimizer, loss and heap tuning; the depths its sampler draws first, so the back
 runs at its sampled depth), in fp32 and in bf16 autocast (bf16 by default only where the
 hardware multiplies bf16 natively, loopscope.compute; --precisions forces it). Beside
 them, in the same rounds: a size x size matmul in each precision (the roof) and a plain
-fp32 reference of the same shapes built from torch.nn.TransformerEncoderLayer (causal
+fp32 torch baseline of the same shapes built from torch.nn.TransformerEncoderLayer (causal
 mask, pre-norm LayerNorm, GELU, tied head, the same loops and readouts). --compile adds
 torch.compile rows, their compile time measured on the first call. FLOPs per token of a
 step at depth r (step_flops), averaged over the steps' depths:
@@ -60,7 +60,7 @@ PRECISIONS = ("fp32", "bf16")  # of a training step (loopscope.compute)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-class Reference(nn.Module):
+class TorchBaseline(nn.Module):
     """The plain baseline of `bench train`: a LoopedLM's shapes (prelude, shared core
     applied per loop, coda, tied head) built from torch.nn.TransformerEncoderLayer with
     a causal mask, and none of loopscope's variants (no adapter, no sandwich)."""
@@ -135,12 +135,12 @@ class StepJob:
             self.step(loops)
 
 
-def reference_job(cell: CellConfig, depths: list[int]) -> Callable[[], None]:
-    """The cell's Reference (fp32, plain AdamW) stepped at the same depths."""
+def baseline_job(cell: CellConfig, depths: list[int]) -> Callable[[], None]:
+    """The cell's TorchBaseline (fp32, plain AdamW) stepped at the same depths."""
     m, cfg = cell.model, cell.train
     torch.manual_seed(cfg.seed)
     x, y = (torch.randint(0, m.vocab_size, (cfg.batch_size, m.context)) for _ in range(2))
-    read, ref = READS[cfg.loss], Reference(m).train()
+    read, ref = READS[cfg.loss], TorchBaseline(m).train()
     opt = torch.optim.AdamW(ref.parameters(), lr=cfg.lr)
 
     def job() -> None:
@@ -211,7 +211,7 @@ def train(params: Params, cells: list[str] | None, steps: int, repeats: int,
                 job()  # compiles every depth it meets
                 compile_s[f"{p} compiled"] = time.perf_counter() - start
                 jobs[f"{p} compiled"] = job
-        jobs["reference fp32"] = reference_job(cell, depths)
+        jobs["torch baseline fp32"] = baseline_job(cell, depths)
         for p, (a, b) in roofs.items():
             jobs[f"matmul {p}"] = lambda a=a, b=b: a @ b
         rounds = interleaved_rounds(jobs, repeats)
@@ -237,8 +237,8 @@ def train(params: Params, cells: list[str] | None, steps: int, repeats: int,
                 gain = seconds[p] - seconds[name]
                 row[name]["compile_seconds"] = extra
                 row[name]["break_even_steps"] = (extra / gain * steps if gain > 0 else None)
-        ref_gflops = tokens * ref_flops / seconds["reference fp32"] / 1e9
-        row["reference_fp32"] = {"tokens_per_s": tokens / seconds["reference fp32"],
+        ref_gflops = tokens * ref_flops / seconds["torch baseline fp32"] / 1e9
+        row["torch_baseline_fp32"] = {"tokens_per_s": tokens / seconds["torch baseline fp32"],
                                  "gflops": ref_gflops,
                                  "ratio_to_matmul": ref_gflops / roof.get("fp32", math.nan)}
         result["cells"][cell.cell] = row
@@ -246,7 +246,8 @@ def train(params: Params, cells: list[str] | None, steps: int, repeats: int,
                           f"({row[n]['ratio_to_matmul']:.2f} of the {n.split()[0]} matmul)"
                           for n in jobs if n in row)
         print(f"bench train {cell.cell} (depths {min(depths)}-{max(depths)}): {timed}; "
-              f"reference fp32 {row['reference_fp32']['tokens_per_s']:,.0f} tok/s", flush=True)
+              f"torch baseline fp32 {row['torch_baseline_fp32']['tokens_per_s']:,.0f} tok/s",
+              flush=True)
         if profiled is None or (profiled.precision != "bf16" and "bf16" in jobs):
             profiled = jobs["bf16"] if "bf16" in jobs else jobs["fp32"]
     if profiled is not None:

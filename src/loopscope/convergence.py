@@ -198,7 +198,7 @@ def _per_draw(boot: Documents, docs: np.ndarray, rows: np.ndarray) -> np.ndarray
     return np.stack([boot.mean(docs, row) for row in rows])
 
 
-def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, reference: int,
+def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
               epsilon: float, tolerance: float, resamples: int,
               sampler_mean: float | None = None) -> dict[str, Any]:
     """metrics/convergence/<cell>.json from a trajectory (tokens of all seeds pooled):
@@ -208,7 +208,7 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, reference: 
     useful depth, the convergence loop and A1's exit loop, and the convergence loop by
     token type (types: TOKEN_TYPES indices, -1 for tokens left out). docs: one document
     per token; sampler_mean: the training sampler's E[r], recorded beside R."""
-    d, r = traj.depth, reference
+    d = traj.depth
     boot = Documents(docs, resamples)
     iv = boot.interval
     ce = _per_draw(boot, docs, traj.ce)  # (D, draws)
@@ -302,11 +302,11 @@ def cross_analysis(traj: Trajectory, run: PolicyResult, docs: np.ndarray,
     }
 
 
-def fit_probe(traj: Trajectory, reference: int) -> tuple[torch.Tensor, float]:
+def fit_probe(traj: Trajectory, r: int) -> tuple[torch.Tensor, float]:
     """A2's probe from a uniform trajectory to depth R that kept the states of loops
     1..R-1: oracle labels from the argmax path, logistic regression on the states."""
-    labels = argmax_changes_later(traj.argmax, reference)
-    states = traj.states[: reference - 1]
+    labels = argmax_changes_later(traj.argmax, r)
+    states = traj.states[: r - 1]
     return train_probe(torch.from_numpy(states.reshape(-1, states.shape[-1])),
                        torch.from_numpy(labels.reshape(-1)))
 
@@ -318,14 +318,13 @@ def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str) -> Sweep:
     fit_probe, because the probe's labels and the uniform depths' CE are read from
     trajectories; windows: convergence.windows, the windows per set."""
     sets = run.window_sets(windows, "convergence.windows")
-    reference, batch, p = run.cell.model.loops, cfg.batch_size, sets["probe"]
-    probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, reference, batch,
-                                 keep_states=reference - 1), reference)
-    sweep = Sweep(run.model, reference, sets["report"].token_docs(), sets["report"].unit)
+    r, batch, p = run.cell.model.loops, cfg.batch_size, sets["probe"]
+    probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, r, batch, keep_states=r - 1), r)
+    sweep = Sweep(run.model, r, sets["report"].token_docs(), sets["report"].unit)
     for s in SWEPT:
         w = sets[s]
-        sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, reference, batch)
-        sweep.results[s] = sweep_settings(run.model, w.x, w.y, w.h0, reference, batch,
+        sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, r, batch)
+        sweep.results[s] = sweep_settings(run.model, w.x, w.y, w.h0, r, batch,
                                           cfg.grids, cfg.first, cfg.every, probe,
                                           desc=f"{desc} {s}")
     return sweep
@@ -338,7 +337,7 @@ class RunConvergence:
     windows (where the cross-analysis picks its best depth), and A1's exits."""
 
     seed: int
-    reference: int  # R, the training depth
+    r: int  # R, the evaluation depth (model.loops)
     sampler_mean: float  # E[r] of the training depth (training_mean)
     traj: Trajectory  # `report` windows, depths 1..D
     choose_ce: np.ndarray  # (D, tokens of `choose`) CE per depth
@@ -358,13 +357,13 @@ class RunConvergence:
             "convergence_loop": convergence_loop(self.traj.kl, epsilon),
             "first_below_loop": first_below(self.traj.kl, epsilon),
             "exit_loop": self.exits.exit_loop.astype(np.int16),
-            "ce_depth1": self.traj.ce[0], "ce_reference": self.traj.ce[self.reference - 1]})
+            "ce_depth1": self.traj.ce[0], "ce_reference": self.traj.ce[self.r - 1]})
 
     def describe(self) -> str:
         """Mean CE at depth 1, at R and at D: how much the loop past R still changes."""
         ce = self.traj.ce
-        return (f"CE {ce[0].mean():.3f} at depth 1, {ce[self.reference - 1].mean():.3f} at "
-                f"R = {self.reference}, {ce[-1].mean():.3f} at {self.traj.depth}")
+        return (f"CE {ce[0].mean():.3f} at depth 1, {ce[self.r - 1].mean():.3f} at "
+                f"R = {self.r}, {ce[-1].mean():.3f} at {self.traj.depth}")
 
 
 def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon: float
@@ -377,16 +376,15 @@ def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon:
     target's word is seen from its start."""
     sets = run.window_sets(cfg.windows, "convergence.windows")
     report, choose = sets["report"], sets["choose"]
-    reference = run.cell.model.loops
-    depth, batch = cfg.depth_factor * reference, cfg.batch_size
+    r = run.cell.model.loops
+    depth, batch = cfg.depth_factor * r, cfg.batch_size
     traj = trajectory(run.model, report.x, report.y, report.h0, depth, batch)
     choose_ce = uniform_ce(run.model, choose.x, choose.y, choose.h0, depth, batch)
     exits = evaluate(run.model, report.x, report.y, report.h0, KL(cross_epsilon), depth,
                      batch)
     window = np.concatenate([report.x[:, :1].cpu().numpy(), report.y.cpu().numpy()], 1)
     return RunConvergence(
-        seed=run.cell.train.seed, reference=reference,
-        sampler_mean=training_mean(run.cell.train, reference), traj=traj,
+        seed=run.cell.train.seed, r=r, sampler_mean=training_mean(run.cell.train, r), traj=traj,
         choose_ce=choose_ce, exits=exits, tokens=report.x.flatten().cpu().numpy(),
         types=window_types(tok, window)[:, 1:].reshape(-1), docs=report.token_docs(),
         unit=report.unit)
@@ -406,7 +404,7 @@ def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsil
     traj = Trajectory.concat([r.traj for r in runs])
     docs = np.concatenate([r.docs for r in runs])
     cell = runs[0]
-    metrics = summarize(traj, docs, np.concatenate([r.types for r in runs]), cell.reference,
+    metrics = summarize(traj, docs, np.concatenate([run.types for run in runs]), cell.r,
                         cfg.epsilon, cfg.tolerance, cfg.bootstrap, cell.sampler_mean)
     choose_ce = np.concatenate([r.choose_ce for r in runs], axis=1).mean(axis=1)
     metrics["cross"] = cross_analysis(traj, pool([r.exits for r in runs]), docs, choose_ce,

@@ -4,9 +4,9 @@
 - one depth sweep per run (measure) to L >= K loops, per token: CE through each loop's
   own readout, the hidden-state scale (centre and tail: a mean shift or a heavy tail?),
   Lemma 1's radial gradient fraction beside the floor RMSNorm's eps leaves, and Lemma 2's
-  angular step of the normalized state against the scale, as the reference checks it;
+  angular step of the normalized state against the scale, as paper A's code checks it;
 - tokens/s at inference depth K, every cell in one process (the frontier's cost axis);
-- the recurrent scale clamp in the reference's two modes (freeze_loop1, remove_radial).
+- the recurrent scale clamp in paper A's code's two modes (freeze_loop1, remove_radial).
 Per-token values keep the document they come from: intervals resample documents.
 """
 
@@ -165,13 +165,13 @@ class Measured:
 
     tokens: one row per token (reading order): doc, and per loop k = 1..K (the
         training depth) ce_k (CE through loop k's own readout: the readout it trained
-        with; the final_norm cell reads raw before its last loop, as the reference's
+        with; the final_norm cell reads raw before its last loop, as paper A's code's
         early-exit curve does), norm_k = ||H_k|| (norm_0: H_0), cos_k (Lemma 1's radial
         fraction of that token: |<grad, H_k>| / (||grad|| ||H_k||), float64), floor_k
         (eps / (||H_k||^2 / d + eps): the radial fraction a normalized readout keeps
         because of RMSNorm's eps) and step_k (the angle between H_k-1 and H_k, radians).
     sweep: one row per document, sums over its tokens of the depth sweep to L >= K
-        loops (Lemma 2 as the reference checks it): tokens, and per loop k = 1..L ce_k,
+        loops (Lemma 2 as paper A's code checks it): tokens, and per loop k = 1..L ce_k,
         scale_k (s_k = RMS of H_k), step_k (||u_k - u_k-1|| with u = H / s), step_x_scale_k
         (step_k * s_k-1, constant across loops if the step shrinks like 1/s) and
         radial_k (the radial increment s_k - s_k-1).
@@ -439,7 +439,7 @@ def _sync(device: torch.device) -> None:
 
 
 def clamp_hook(mode: ClampMode = "freeze_loop1"):
-    """The recurrent scale clamp, in the reference's two modes, applied to every H_k
+    """The recurrent scale clamp, in paper A's code's two modes, applied to every H_k
     for k >= 2 (loop 1's state is the reference point):
     freeze_loop1  rescale H_k to the per-token magnitude it had after loop 1, keeping
                   its direction;

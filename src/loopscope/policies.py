@@ -9,8 +9,9 @@ Exit semantics, used by every policy here and matched by the fast runtime
   (an exited token's current state is its exit state);
 - the final output runs the coda and the readout once over every token's exit state.
 
-`masked_forward` is the reference: it computes every token at every loop and applies
-the exits by masking, so it costs as much as uniform depth; the runtime skips the work.
+`masked_forward` is the masked forward, the definition of an exit: it computes every
+token at every loop and applies the exits by masking, so it costs as much as uniform
+depth; the runtime skips the work.
 A sweep of settings shares what they all compute: the loops before a batch's first exit
 are recorded once, from a never-exiting run, and replayed (record, replay), bit for bit.
 
@@ -66,7 +67,7 @@ def token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 class MaskedKV:
-    """One core block's attention in the masked reference: every token computes its
+    """One core block's attention in the masked forward: every token computes its
     keys and values, but an exited token's stay those of its exit loop."""
 
     def __init__(self) -> None:
@@ -90,7 +91,7 @@ class Policy:
     begin() hands the rule each token's initial state H_0 (Huginn's evaluators start
     from it). check() sees the tokens being checked as flat rows: the loop each has run
     (N,), their states (N, d), their next-token logits (N, V) when the rule reads them,
-    and their positions idx in the flattened batch (B * T), so the masked reference
+    and their positions idx in the flattened batch (B * T), so the masked forward
     (every token), the runtime (only the active ones) and decoding (streams at different
     loops) call it alike.
 
@@ -403,7 +404,7 @@ class Loop:
 def masked_forward(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
                    h0: torch.Tensor | None = None, replay: list[Loop] | None = None,
                    record: list[Loop] | None = None) -> ExitRun:
-    """The reference semantics (module doc): run up to `cap` loops, exiting tokens as
+    """The exit semantics (module doc): run up to `cap` loops, exiting tokens as
     the policy says; tokens still active after loop `cap` exit there.
 
     record: a list that receives each loop while no token has exited. replay: such a
@@ -642,7 +643,7 @@ class Sweep:
     token at uniform depths 1..R, (R, tokens), and every setting's result."""
 
     model: LoopedLM  # what the FLOPs are counted on: the same for every run of a cell
-    reference: int  # R
+    r: int  # R, the evaluation depth (model.loops)
     docs: np.ndarray  # the resampling unit of each `report` token
     unit: str  # what a unit is (loopscope.units)
     uniform: dict[str, np.ndarray] = field(default_factory=dict)
@@ -659,7 +660,7 @@ def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int
     results = {key: {s: pool([w.results[s][key] for w in sweeps]) for s in cell.results}
                for key in cell.results[SWEPT[0]]}
     docs = np.concatenate([w.docs for w in sweeps])
-    metrics, rows = summarize(cell.model, uniform, results, docs, cell.reference, match,
+    metrics, rows = summarize(cell.model, uniform, results, docs, cell.r, match,
                               resamples)
     metrics["seeds"] = len(sweeps)
     metrics.update(Units(docs, cell.unit).describe())
@@ -678,7 +679,7 @@ def headline(metrics: dict[str, Any]) -> str:
 
 def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
               results: dict[tuple[str, float], dict[str, PolicyResult]], docs: np.ndarray,
-              reference: int, match: float, resamples: int
+              r: int, match: float, resamples: int
               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """metrics/policies/<cell>.json and the frontier rows, from pooled per-token results.
 
@@ -690,7 +691,7 @@ def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
     choice gives A0's matched depth M; min(R, M) is the honest baseline a policy's FLOPs
     are also read against. Intervals resample the documents of `report` (docs).
     """
-    r, choose = reference, match / 2
+    choose = match / 2
     outcomes = outcomes_of(model, uniform, results)
     base = {s: group["uniform"][r - 1] for s, group in outcomes.items()}
     report_uniform = outcomes["report"]["uniform"]

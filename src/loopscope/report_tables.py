@@ -3,7 +3,8 @@
 draws figures (loopscope.figures): every value a report shows is computed, and tested,
 here. Files are read through loopscope.outputs, so a missing one names the stage to run.
 
-    every report         table_display, computed_from, claims_table, verdict_counts
+    every report         table_display, computed_from, claims_table, verdict_counts,
+                         units_statement, experiment_verdicts
     index                provenance_table, headline_table
     blind_spot (paper A) cell_table, per_loop_table, sweep_table, depths, norm_ccdf,
                          final_loop_norms, paper_norms, lemma2_table, slope_table,
@@ -30,10 +31,12 @@ from loopscope.cells import cell_group, recipe
 from loopscope.config import CellConfig, load_cell
 from loopscope.diagnostics import sweep_means
 from loopscope.errors import require_output
+from loopscope.experiments import flips, recorded, run_counts, verdict_columns
 from loopscope.outputs import loop_order, read_json, read_metrics
 from loopscope.paper_a import PAPER_CONTROL_NORMS, PAPER_DRIFT_NORMS, CellA
 from loopscope.paper_b import Backbone, worst_step
 from loopscope.stats import Interval
+from loopscope.units import FEWEST_UNITS
 
 # --- Every report ---------------------------------------------------------------------
 
@@ -86,6 +89,48 @@ def headline_table() -> pd.DataFrame:
     headline.insert(0, "group", [cell_group(load_cell(paths.config_file(c)))
                                  for c in headline.index])
     return headline
+
+
+def units_statement(stage: str, cells: list[str]) -> str:
+    """What the report's intervals resample, read from the units `stage` recorded for
+    each of `cells` ("diagnose" for paper A's, "convergence" for paper B's). Where the
+    windows span fewer than FEWEST_UNITS documents the units are blocks of windows
+    within them (loopscope.units), and the statement says so: an interval over blocks
+    of a few texts says less about other texts than one over many documents."""
+    groups: dict[tuple[str, int], list[str]] = {}
+    for c in cells:
+        m = read_metrics(stage, c)
+        groups.setdefault((m["unit"], m["units"]), []).append(c)
+    parts = [f"{n} {'documents' if unit == 'document' else f'units ({unit})'} for "
+             f"{', '.join(names)}" for (unit, n), names in groups.items()]
+    line = "Intervals resample " + "; ".join(parts) + "."
+    if any(unit != "document" for unit, _ in groups):
+        line += (f" **The validation windows span fewer than {FEWEST_UNITS} documents, so "
+                 "the units are blocks of consecutive windows within those documents**, "
+                 "each as long as it takes for adjacent blocks to be nearly uncorrelated; "
+                 "the intervals speak for these texts, not for documents in general.")
+    return line
+
+
+def experiment_verdicts(paper: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]] | None:
+    """The default's verdicts on `paper`'s claims beside every committed experiment's
+    (loopscope.experiments), the count of each verdict per run, and a line per
+    experiment: what it changed and the verdicts that turned between holds and
+    contradicted. None when no experiment is committed."""
+    exps = recorded()
+    if not exps:
+        return None
+    table = verdict_columns(read_json(paths.CLAIMS, "claims")[paper],
+                            {n: e["claims"][paper] for n, e in exps.items()})
+    lines = []
+    for name, e in exps.items():
+        turned = flips(table, name)
+        changed = ", ".join(f"{k}={v}" for k, v in e["params"].items())
+        lines.append(f"`{name}` ({changed}; run on {e['base_commit'][:7]}): "
+                     + (f"**{len(turned)} verdict(s) turned between holds and contradicted**: "
+                        + "; ".join(f"{r.claim} [{r.group}]" for r in turned.itertuples())
+                        if len(turned) else "no verdict turned between holds and contradicted"))
+    return table, run_counts(table), lines
 
 
 # --- blind_spot: paper A ---------------------------------------------------------------

@@ -30,7 +30,7 @@ from loopscope.data import (
 from loopscope.errors import CheckpointError, DataError
 from loopscope.model import LoopedLM
 from loopscope.tokenizer import EOS
-from loopscope.units import MIN_UNITS, blocks, resampling_units
+from loopscope.units import MIN_UNITS, blocks, resampling_units, window_surprisal
 
 SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
 @dataclass
@@ -88,7 +88,9 @@ class Run:
         for name, at in zip(SETS, starts, strict=True):
             x, y = windows_at(self.val, self.cell.model.context, at)
             h0 = initial_states(self.model, at, self.cell.train.seed)
-            units = resampling_units(document_ids(self.val, eos, at), at)
+            units = resampling_units(document_ids(self.val, eos, at), at,
+                                     window_surprisal(self.val.numpy(), at,
+                                                      self.cell.model.context))
             out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
                                 units.ids, h0, units.name)
         return out
@@ -167,7 +169,8 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
         check_context(load_meta(paths.PREPARED), context)
         (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
         x, y = windows_at(tokens, context, starts)
-        units = resampling_units(document_ids(tokens, eos, starts), starts)
+        units = resampling_units(document_ids(tokens, eos, starts), starts,
+                                 window_surprisal(tokens.numpy(), starts, context))
         yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device),
                   run_on, tokens, initial_states(model, starts, cell.train.seed),
                   units.ids, units.name)

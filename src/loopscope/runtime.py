@@ -1,11 +1,11 @@
 """Per-token exits that skip the work: the adaptive runtime.
 
-Same semantics as the masked reference (loopscope.policies.masked_forward), which
+Same semantics as the masked forward (loopscope.policies.masked_forward), which
 computes every token at every loop; here each loop gathers the tokens still active and
 runs the core's projections and feed-forward on them alone. Attention runs for the
 active queries over every key: each core block keeps a key/value buffer with one row
 per token position, written in place for the tokens computed now, so an exited token
-shows the keys and values of its exit loop. Final outputs equal the reference's to
+shows the keys and values of its exit loop. Final outputs equal the masked forward's to
 float tolerance for any exit decisions (tests/test_runtime.py).
 
 - `score`: teacher-forced scoring of whole sequences (B, T).
@@ -14,7 +14,7 @@ float tolerance for any exit decisions (tests/test_runtime.py).
   Several streams advance together, each at its own loop, sharing one core call per
   step (depth-wise batching).
 
-Both call the policy objects of loopscope.policies exactly as the reference does:
+Both call the policy objects of loopscope.policies exactly as the masked forward does:
 begin() with each token's H_0 when it starts, check() with the tokens checked at a loop.
 Exit checks: a rule that reads logits runs the coda and head for the active tokens
 only. With at most one coda block its keys and values are cached too (an exited

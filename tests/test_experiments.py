@@ -1,0 +1,90 @@
+"""Committed experiments: recorded from a workspace only where an experiment ran and its
+claims are current, and read back as verdict columns that show every turn between holds
+and contradicted."""
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from loopscope import paths
+from loopscope.errors import DataError, ParamsError
+from loopscope.experiments import (
+    changed_params,
+    flips,
+    record,
+    recorded,
+    run_counts,
+    verdict_columns,
+)
+from loopscope.outputs import write_json
+
+
+def rows(*verdicts: str, recipe: str = "ours (init gpt2)") -> list[dict]:
+    return [{"claim": f"claim {i}", "recipe": recipe, "verdict": v}
+            for i, v in enumerate(verdicts)]
+
+
+def test_changed_params_names_what_dvc_exp_run_set():
+    base = {"cells": {"a": {"seeds": [42, 43], "train": {"loss": "final"}}, "b": {}},
+            "seeds": [42]}
+    new = {"cells": {"a": {"seeds": [43, 44], "train": {"loss": "final"}},
+                     "b": {"seeds": [43]}}, "seeds": [42]}
+    assert changed_params(base, new) == {"cells.a.seeds": [43, 44], "cells.b.seeds": [43]}
+    assert changed_params(base, base) == {}
+    assert changed_params({"x": 1, "y": 2}, {"x": 1}) == {"y": None}
+
+
+def test_verdict_columns_show_flips_and_count_every_run():
+    default = rows("holds", "contradicted", "inconclusive", "holds")
+    shifted = rows("contradicted", "contradicted", "holds", "inconclusive")
+    table = verdict_columns(default, {"shifted": shifted[:3]})  # claim 3 not judged there
+    assert list(table["shifted"]) == ["contradicted", "contradicted", "holds", "-"]
+    turned = flips(table, "shifted")  # holds -> contradicted only, not -> inconclusive
+    assert list(turned["claim"]) == ["claim 0"]
+    assert flips(verdict_columns(default, {"same": default}), "same").empty
+    counts = run_counts(table)
+    assert counts.loc["holds"].tolist() == [2, 1]
+    assert counts.loc["inconclusive"].tolist() == [1, 0]
+    assert counts.loc["contradicted"].tolist() == [1, 2]
+    # the same claim in two recipe groups stays two rows
+    both = default[:1] + rows("contradicted", recipe="reference (init paper_a)")
+    other = rows("holds", recipe="reference (init paper_a)")
+    assert list(verdict_columns(both, {"e": other})["e"]) == ["-", "holds"]
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """A git repository with a committed params.yaml, as dvc exp run leaves it."""
+    monkeypatch.chdir(tmp_path)
+    params = {"cells": {"a": {"seeds": [42, 43]}}, "seeds": [42]}
+    paths.PARAMS.write_text(yaml.safe_dump(params))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], check=True)
+    subprocess.run([*git, "add", "params.yaml"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    write_json(paths.CLAIMS, {"paper_a": rows("holds"), "paper_b": rows("inconclusive")})
+    return params
+
+
+def lock(cells: dict) -> None:
+    paths.Path("dvc.lock").write_text(yaml.safe_dump(
+        {"stages": {"claims": {"params": {"params.yaml": {"cells": cells}}}}}))
+
+
+def test_record_keeps_the_experiments_params_commit_and_claims(workspace):
+    with pytest.raises(ParamsError, match="equals HEAD's"):
+        record("nothing_ran")
+    shifted = {"a": {"seeds": [43, 44]}}
+    paths.PARAMS.write_text(yaml.safe_dump({**workspace, "cells": shifted}))
+    lock(workspace["cells"])  # the claims stage still judged the old cells
+    with pytest.raises(DataError, match="dvc repro claims"):
+        record("stale")
+    lock(shifted)
+    path = record("seeds_plus_one")
+    saved = json.loads(path.read_text())
+    assert saved["params"] == {"cells.a.seeds": [43, 44]}
+    assert len(saved["base_commit"]) == 40
+    assert saved["claims"]["paper_a"] == rows("holds")
+    assert list(recorded()) == ["seeds_plus_one"]
