@@ -50,8 +50,8 @@ class LogNormal:
     """Paper B's randomized depth, after Huginn: r = 1 + Poisson(lam) with
     lam ~ LogNormal(ln(m) - sigma^2 / 2, sigma), so E[r] = m + 1.
 
-    train.depth_mean says what model.loops (R, the evaluation depth of every
-    comparison) means: `loops` sets m = R - 1, so E[r] = R; `loops_plus_one` is
+    train.depth_mean says what model.loops (R, the reference depth of every
+    evaluation) means: `loops` sets m = R - 1, so E[r] = R; `loops_plus_one` is
     Huginn's code, m = R, so E[r] = R + 1 while evaluation runs R loops.
     One r per step, the same on every process: the sampler has its own generator,
     seeded from train.seed and saved in resume checkpoints.
