@@ -93,15 +93,12 @@ def verdict_columns(default: list[dict[str, Any]],
                     experiments: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
     """A row per claim of the default run: its recipe group, the default's verdict and
     each experiment's verdict for the same claim ("-" where it has no such row)."""
-    rows = []
-    for row in default:
-        key = _key(row)
-        out = {"claim": row["claim"], "group": key[1], "default": row["verdict"]}
-        for name, rows_e in experiments.items():
-            found = {_key(r): r["verdict"] for r in rows_e}
-            out[name] = found.get(key, "-")
-        rows.append(out)
-    return pd.DataFrame(rows)
+    found = {name: {_key(r): r["verdict"] for r in rows_e}
+             for name, rows_e in experiments.items()}
+    return pd.DataFrame([{"claim": row["claim"], "group": _key(row)[1],
+                          "default": row["verdict"],
+                          **{name: v.get(_key(row), "-") for name, v in found.items()}}
+                         for row in default])
 
 
 def flips(table: pd.DataFrame, name: str) -> pd.DataFrame:
