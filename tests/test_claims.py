@@ -35,7 +35,7 @@ def narrow(value, half=0.004):
 
 def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_ratio=-4.0,
          change_ratio=-1.0, median=6.0, share=0.1, ws_minus=None, content_minus=None,
-         rare=(), sampler_mean=None):
+         rare=(), sampler_mean=None, nominal_mean=None, median_half=1.0, sensitivity=None):
     """Paper-B-like convergence metrics (the schema of convergence.summarize)."""
     d = 4 * r
     useful = r if useful is None else useful
@@ -46,6 +46,7 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
         if content_minus is None else content_minus
     return {
         "reference_depth": r, "max_depth": d, "sampler_mean": sampler_mean,
+        "nominal_mean": nominal_mean,
         "elasticity": {"gain": iv(gain), "half_depth": r // 2, "half_gain": narrow(half_gain),
                        "steps": steps, "tail": narrow(0.0), "flat": narrow(flat, 0.003),
                        "flat_depth": d, "margin": 0.01},
@@ -55,7 +56,9 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
         "state_change": {f"k{r}": 1e-2, f"k{d}": 1e-3},
         "state_decay": {"from": r, "to": d, "log10_ratio": iv(change_ratio, change_ratio - 0.2,
                                                                change_ratio + 0.2)},
-        "convergence": {"epsilon": 1e-3, "median_loop": iv(median, median - 1, median + 1),
+        "convergence": {"epsilon": 1e-3,
+                        "median_loop": iv(median, median - median_half, median + median_half),
+                        "median_loop_shares": {f"k{int(median)}": 1.0},
                         "median_exit_loop": iv(3.0, 2.0, 4.0),
                         "share_after_reference": iv(share)},
         "types": {"whitespace": {"mean_loop": 2.0, "share": 0.2},
@@ -64,20 +67,27 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
                   "judged": ["whitespace", "punctuation", "content word"],
                   "rare": list(rare), "whitespace_minus": ws_minus,
                   "content_minus": content_minus},
-        "saturation": {"useful_depth": int(round(useful)),
-                       "useful_depth_iv": iv(useful, useful - 1, useful)},
+        "saturation": {"useful_depth": int(round(useful)), "share": 0.02,
+                       "useful_depth_iv": iv(useful, useful - 1, useful),
+                       "useful_depth_shares": {f"k{int(useful)}": 0.6,
+                                               f"k{int(useful) - 1}": 0.4},
+                       "sensitivity": [{"kind": "nats", "tolerance": t,
+                                        "useful_depth_iv": iv(u, u - 1, u)}
+                                       for t, u in (sensitivity or {0.01: useful}).items()]},
     }
 
 
-def policy(loops, delta=0.0, flops_baseline=0.7, matched=True, threshold=1e-3, r=8):
+def policy(loops, delta=0.0, flops_baseline=0.7, matched=True, threshold=1e-3, r=8,
+           flops=0.6):
     """A rule's metrics at its chosen setting; mean loops cannot pass the cap R."""
     if not matched:
         return {"matched": False}
     spread = min(0.2, r - loops)
     return {"matched": True, "threshold": threshold, "mean_loops": loops,
             "mean_loops_iv": iv(loops, loops - spread, loops + spread),
-            "delta_ce": narrow(delta), "flops_ratio": 0.6,
-            "flops_ratio_baseline": flops_baseline}
+            "delta_ce": narrow(delta), "flops_ratio": flops,
+            "flops_ratio_baseline": flops_baseline, "flops_ratio_iv": narrow(flops, 0.03),
+            "flops_ratio_baseline_iv": narrow(flops_baseline, 0.03)}
 
 
 def pol(r=8, kl=None, probe=None, baseline=7):
@@ -135,8 +145,9 @@ def worse_step(k, lo, hi):
     (dict(change_ratio=0.1), "The state change per loop decays", "inconclusive"),
     (dict(median=10.0), "The median token converges before R", "contradicted"),
     (dict(median=7.5), "The median token converges before R", "inconclusive"),
-    (dict(share=0.0), "A tail of tokens is still updating at R", "inconclusive"),
-    (dict(share=-0.05), "A tail of tokens is still updating at R", "contradicted"),
+    # a tail of 0% is no tail; one that may be under the 2% floor is not shown to be one
+    (dict(share=0.0), "A tail of tokens is still updating at R", "contradicted"),
+    (dict(share=0.02), "A tail of tokens is still updating at R", "inconclusive"),
     (dict(ws_minus={"punctuation": iv(1.0), "content word": iv(-3.0)}), ORDER,
      "contradicted"),
     (dict(ws_minus={"punctuation": iv(0.0, -0.5, 0.5), "content word": iv(-3.0)}), ORDER,
@@ -172,6 +183,23 @@ def test_token_order_is_judged_on_both_backbones():
         f"{ORDER} [second]: whitespace shallowest, content words deepest"]
 
 
+@pytest.mark.parametrize("change, claim, magnitude", [
+    # the KL decay within 1.5x of the paper's 4.66 decades: too shallow or too steep fails
+    (dict(kl_ratio=-2.0), "Successive outputs converge", "contradicted"),
+    (dict(kl_ratio=-8.0), "Successive outputs converge", "contradicted"),
+    (dict(kl_ratio=-3.2), "Successive outputs converge", "inconclusive"),
+    # the median loop: 0.75 R one loop either side, on both sides
+    (dict(median=3.0), "The median token converges before R", "contradicted"),
+    (dict(median=7.5, median_half=0.1), "The median token converges before R",
+     "contradicted"),
+    (dict(median=7.0, median_half=0.0), "The median token converges before R", "holds"),
+    (dict(median=5.0, median_half=0.0), "The median token converges before R", "holds"),
+    (dict(median=6.5), "The median token converges before R", "inconclusive"),
+])
+def test_paper_b_magnitude_bands_fail_on_both_sides(change, claim, magnitude):
+    assert verdicts(conv(**change), pol())[claim].magnitude == magnitude
+
+
 def test_magnitudes_have_their_own_verdicts():
     found = verdicts(conv(share=0.5, kl_ratio=-1.0, median=2.0), pol())
     assert found["A tail of tokens is still updating at R"].magnitude == "contradicted"
@@ -184,7 +212,7 @@ def test_magnitudes_have_their_own_verdicts():
 
 @pytest.mark.parametrize("kl, verdict", [
     (policy(8.0), "contradicted"),                 # saves nothing
-    (policy(5.0, delta=0.05), "inconclusive"),     # not at matched quality: no measurement
+    (policy(5.0, delta=0.05), "contradicted"),     # worse than R beyond the margin
     (policy(5.0, delta=0.008), "inconclusive"),    # non-inferiority not shown
     (policy(7.85), "inconclusive"),                # the loops interval reaches R
     (policy(0, matched=False), "inconclusive"),    # unmatched: never holds or contradicted
@@ -197,12 +225,31 @@ def test_a1_is_non_inferiority_with_the_upper_bound_at_the_margin():
     assert claim_of(verdicts(conv(), pol(kl=policy(5.0, delta=0.006))), A1).verdict == "holds"
 
 
-def test_a1_magnitude_reads_loops_and_flops_against_the_matching_uniform_depth():
+A1_COMPUTE = "A1 (KL exit) saves compute"
+
+
+def test_a1_magnitude_reads_loops_against_the_matching_uniform_depth():
     found = claim_of(verdicts(conv(), pol(kl=policy(6.5), baseline=6)), A1)
     assert (found.verdict, found.magnitude) == ("holds", "contradicted")
-    found = claim_of(verdicts(conv(), pol(kl=policy(5.0, flops_baseline=1.05), baseline=6)), A1)
-    assert (found.verdict, found.magnitude) == ("holds", "contradicted")
     assert "uniform depth 6" in found.value
+
+
+@pytest.mark.parametrize("kl, verdict, magnitude", [
+    (policy(5.0, flops=0.6, flops_baseline=0.8), "holds", "holds"),
+    # fewer loops, but the checks cost more than they save: as many FLOPs as depth R
+    (policy(5.0, flops=1.0, flops_baseline=1.5), "inconclusive", "contradicted"),
+    (policy(5.0, flops=1.1, flops_baseline=1.5), "contradicted", "contradicted"),
+    (policy(5.0, flops=0.8, flops_baseline=1.0), "holds", "inconclusive"),
+    (policy(0, matched=False), "inconclusive", "n/a"),
+])
+def test_a1_compute_is_its_own_row_with_flop_intervals(kl, verdict, magnitude):
+    rows = paper_b_claims({"main": conv(), "second": conv(r=4)},
+                          {"main": pol(kl=kl, baseline=6)}, "main", "second")
+    found = next(c for c in rows if c.claim.startswith(A1_COMPUTE))
+    assert (found.verdict, found.magnitude) == (verdict, magnitude)
+    assert [c.claim.split(" [")[0] for c in rows if c.claim.startswith(A1)] == [
+        "A1 (KL exit) matches uniform depth-R quality in fewer loops",
+        "A1 (KL exit) saves compute at matched quality"]
 
 
 @pytest.mark.parametrize("probe, verdict", [
@@ -222,23 +269,56 @@ def test_saturation_is_not_shown_with_one_backbone():
 
 
 def test_claims_name_the_depth_they_compare_against():
-    found = verdicts(conv(sampler_mean=9.0), pol())
-    assert "R = 8 (model.loops, training mean 9)" in found["Elasticity"].claim
+    found = verdicts(conv(sampler_mean=9.0, nominal_mean=8.0), pol())
+    assert "R = 8 (model.loops, m = 8, E[r] = 9)" in found["Elasticity"].claim
     assert "R = 8" in claim_of(found, A1).criterion
 
 
-def test_a_backbone_that_does_not_use_its_depth_is_marked_outside_the_regime():
+SATURATION = "Useful depth saturates at the training-mean depth"
+
+
+def test_every_row_carries_its_backbones_measured_regime_mark():
     found = paper_b_claims({"main": conv(useful=3), "second": conv(r=4)}, {"main": pol()},
                            "main", "second")
-    marked = {c.claim.split(" [")[0] for c in found if c.regime}
-    assert marked == {"A tail of tokens is still updating at R",
-                      "A1 (KL exit) matches uniform depth-R quality in fewer loops",
-                      "Useful depth saturates at the training-mean depth"}
-    assert all(c.verdict != "not shown" for c in found if c.regime)  # verdict kept
+    assert all(c.regime for c in found)  # every row is read on a backbone
+    main_rows = [c for c in found if c.depth_use.startswith("main")]
+    assert main_rows and all(c.regime.startswith("outside the paper's regime (main")
+                             for c in main_rows)
     inside = paper_b_claims({"main": conv(), "second": conv(r=4)}, {"main": pol()},
                             "main", "second")
-    assert not any(c.regime for c in inside)
-    assert "regime" in table(found)[0] and "regime" not in table(inside)[0]
+    assert all("in the paper's regime" in c.regime for c in inside)
+    edge = paper_b_claims({"main": conv(useful=6.5), "second": conv(r=4)}, {"main": pol()},
+                          "main", "second")  # interval [5.5, 6.5] around 0.75 x 8 = 6
+    assert edge[0].regime.startswith("at the edge of the paper's regime")
+
+
+def test_saturation_failing_low_is_contradicted_not_excused_by_the_regime():
+    found = verdicts(conv(useful=3), pol())[SATURATION]
+    assert found.verdict == "contradicted"
+    assert "outside the paper's regime (main" in found.regime
+
+
+def test_regime_is_read_against_the_nominal_mean():
+    # R = 8 evaluated, trained at nominal mean m = 7 (depth_mean: loops): 0.75 m = 5.25
+    found = paper_b_claims({"main": conv(useful=6, nominal_mean=7.0, sampler_mean=8.0),
+                            "second": conv(r=4)}, {"main": pol()}, "main", "second")
+    assert "0.75 m = 5.25" in found[0].regime and "at the edge" in found[0].regime
+
+
+def test_a_verdict_that_changes_across_tolerances_is_fragile():
+    # saturation holds at 0.003 nats (useful depth 8 of 8) but not at 0.01 (5 of 8)
+    second = conv(r=4, sensitivity={0.003: 4, 0.01: 4})
+
+    def saturation_row(main):
+        found = paper_b_claims({"main": main, "second": second}, {"main": pol()}, "main",
+                               "second")
+        return next(c for c in found if c.claim == SATURATION)
+
+    found = saturation_row(conv(useful=5, sensitivity={0.003: 8, 0.01: 5}))
+    assert found.verdict == "contradicted"
+    assert "fragile: contradicted at 0.01 nats; holds at 0.003 nats" in found.value
+    steady = saturation_row(conv(useful=8, sensitivity={0.003: 8, 0.01: 8}))
+    assert steady.verdict == "holds" and "fragile" not in steady.value
 
 
 def test_every_paper_b_claim_shows_its_backbones_useful_depth_against_r():

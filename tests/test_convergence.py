@@ -63,7 +63,8 @@ def trajectory(rng, content_depth=3.0, punct_depth=2.0, step_up=0.0):
 
 def metrics(**kw):
     traj, docs, types = trajectory(np.random.default_rng(0), **kw)
-    return summarize(traj, docs, types, R, 1e-3, 0.01, 300, sampler_mean=R + 1.0)
+    return summarize(traj, docs, types, R, 1e-3, ConvergenceConfig(bootstrap=300),
+                     sampler_mean=R + 1.0, nominal_mean=float(R))
 
 
 def test_summarize_gives_every_claim_its_interval():
@@ -75,7 +76,15 @@ def test_summarize_gives_every_claim_its_interval():
     assert e["flat"]["lo"] >= 0 and e["flat_depth"] >= R
     assert m["kl_decay"]["to"] == 2 * R and m["kl_decay"]["log10_ratio"]["hi"] < 0
     assert m["state_decay"]["log10_ratio"]["value"] < 0
-    assert m["saturation"]["useful_depth"] == R
+    sat = m["saturation"]
+    assert sat["useful_depth"] == R and sat["rule"] == "share of the gain"
+    assert sum(sat["useful_depth_shares"].values()) == pytest.approx(1.0)
+    cfg = ConvergenceConfig()
+    assert [(r["kind"], r["tolerance"]) for r in sat["sensitivity"]] == (
+        [("nats", t) for t in cfg.sensitivity_nats]
+        + [("share", t) for t in cfg.sensitivity_shares])
+    assert m["nominal_mean"] == R
+    assert sum(m["convergence"]["median_loop_shares"].values()) == pytest.approx(1.0)
     med = m["convergence"]["median_loop"]
     assert med["lo"] <= med["value"] <= med["hi"]
     assert m["convergence"]["median_exit_loop"]["value"] <= med["value"]
@@ -112,7 +121,7 @@ def test_rare_types_are_listed_not_judged():
     traj, docs, types = trajectory(np.random.default_rng(1))
     types[types == 1][:] = 0
     types = np.where((types == 1) & (np.arange(len(types)) % 20 != 0), 0, types)
-    m = summarize(traj, docs, types, R, 1e-3, 0.01, 100)
+    m = summarize(traj, docs, types, R, 1e-3, ConvergenceConfig(bootstrap=100))
     assert m["types"]["rare"] == ["punctuation"]
     assert "punctuation" not in m["types"]["whitespace_minus"]
     assert TOKEN_TYPES[1] == "punctuation"
@@ -170,7 +179,8 @@ def run_of(seed: int, choose: dict[int, float], exit_loop: int) -> RunConvergenc
         choose_ce[depth - 1] = ce
     exits = PolicyResult(traj.ce[exit_loop - 1], np.full(n, exit_loop), np.ones(n),
                          np.zeros(n))
-    return RunConvergence(seed, R, R + 1.0, traj, choose_ce, exits, np.arange(n) % 64,
+    return RunConvergence(seed, R, R + 1.0, float(R), traj, choose_ce, exits,
+                          np.arange(n) % 64,
                           types, docs + 100 * seed, "document")
 
 
@@ -188,7 +198,7 @@ def test_cell_metrics_pool_the_tokens_of_every_run():
     pooled = summarize(Trajectory.concat([r.traj for r in runs]),
                        np.concatenate([r.docs for r in runs]),
                        np.concatenate([r.types for r in runs]), R, CFG.epsilon,
-                       CFG.tolerance, CFG.bootstrap, R + 1.0)
+                       CFG, R + 1.0, float(R))
     assert {k: m[k] for k in pooled} == pooled
     assert m["tokens"] == 2 * DOCS * PER_DOC and m["units"] == 2 * DOCS
     assert m["cross"]["best_depth"] == 5  # neither run's own best

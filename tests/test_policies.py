@@ -14,6 +14,7 @@ from loopscope.config import TrainConfig
 from loopscope.convergence import (
     argmax_changes_later,
     convergence_loop,
+    shares,
     trajectory,
     uniform_ce,
     useful_depth,
@@ -375,6 +376,23 @@ def test_useful_depth_is_the_first_within_tolerance_of_the_best():
     assert useful_depth(draws, 0.01).tolist() == [3, 2]
 
 
+def test_useful_depth_by_share_of_the_gain_holds_backbones_to_one_standard():
+    # the same curve shape at two scales of gain: 0.01 nats calls them different, 2% of
+    # each one's gain CE(1) - CE(best) does not
+    shape = np.array([1.0, 0.4, 0.1, 0.03, 0.012, 0.0])
+    big, small = 2.0 + shape, 2.0 + shape / 4
+    assert useful_depth(big, 0.01) == 6 and useful_depth(small, 0.01) == 4
+    assert useful_depth(big, share=0.02) == useful_depth(small, share=0.02) == 5
+    draws = np.stack([big, small], axis=1)
+    assert useful_depth(draws, share=0.02).tolist() == [5, 5]
+
+
+def test_an_integer_statistic_reports_the_share_of_resamples_at_each_value():
+    # draw 0 is the sample itself, not a resample
+    assert shares(np.array([5, 4, 5, 5, 4])) == {"k4": 0.5, "k5": 0.5}
+    assert shares(np.array([3.0, 3.0, 3.0])) == {"k3": 1.0}
+
+
 def test_trajectory_kl_and_ce_agree_with_a_direct_computation():
     model = backbone()
     x = tiny_tokens(2, 16)
@@ -450,6 +468,11 @@ def test_summarize_chooses_within_half_the_margin_and_reads_against_the_baseline
     assert kl["flops_ratio"] == pytest.approx(kl["flops_ratio_baseline"] * cost.uniform(3)
                                               / cost.uniform(4))
     assert kl["loops_ratio_baseline"] == pytest.approx(2.5 / 3)
+    # the FLOP ratios' intervals: the point is the ratio itself, the bounds around it
+    for key in ("flops_ratio", "flops_ratio_baseline"):
+        found = kl[f"{key}_iv"]
+        assert found["value"] == pytest.approx(kl[key])
+        assert found["lo"] <= found["value"] <= found["hi"]
     assert metrics["probe"] == {"matched": False}  # no numbers where nothing matched
 
 
@@ -464,7 +487,8 @@ def test_summarize_reports_on_the_report_windows_and_at_the_defaults():
     assert huginn["default"]["mean_loops"] == pytest.approx(2.0)
     assert huginn["default"]["delta_ce"]["value"] == pytest.approx(0.006)
     assert set(huginn["default"]) == {"threshold", "mean_loops", "ce", "delta_ce",
-                                      "flops_ratio", "flops_ratio_baseline"}
+                                      "flops_ratio", "flops_ratio_baseline",
+                                      "flops_ratio_iv", "flops_ratio_baseline_iv"}
     marked = {(row["rule"], row["threshold"]) for row in table if row["default"]}
     assert marked == {("kl", 1e-3), ("kl-huginn", 1e-3), ("kl-huginn", 5e-4), ("probe", 0.5)}
     assert {row["set"] for row in table} == {"choose", "report"}

@@ -436,9 +436,11 @@ def test_exit_benchmark_tables_and_regime(tmp_path, monkeypatch):
     assert profile_table(b).to_dict("records") == [{"op": "mm", "ms": 1.235}]
     assert exit_regime(b, {}) is None  # no convergence metrics of the timed cell
     inside = exit_regime(b, {"bb": conv(8, useful=8)})
-    assert inside.endswith("read inside the paper's regime.")
+    assert inside.endswith("read in the paper's regime (bb: useful depth 8 [7, 8] vs "
+                           "0.75 m = 6).")
     outside = exit_regime(b, {"bb": conv(8, useful=3)})
-    assert "read outside the paper's regime: useful depth 3 < 0.75 R (bb)" in outside
+    assert "read outside the paper's regime (bb: useful depth 3 [2, 3] vs 0.75 m = 6): a " \
+           "backbone that does not need its depth" in outside
 
 
 # --- the notebooks ----------------------------------------------------------------------

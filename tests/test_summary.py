@@ -56,12 +56,14 @@ def claims(verdict_a="holds", magnitude="contradicted", regime=""):
 
 
 def test_verdict_rows_put_each_recipe_group_in_its_column_and_mark_the_regime():
-    a, b = summary.verdict_rows(claims(regime="outside the paper's regime: useful depth 3"))
+    a, b = summary.verdict_rows(claims(
+        regime="outside the paper's regime (bb: useful depth 3 [3, 4] vs 0.75 m = 6); "
+               "in the paper's regime (bb4: useful depth 4 [3, 4] vs 0.75 m = 3)"))
     assert a == [{"claim": "drift", "our recipe": "holds (magnitude: contradicted)",
                   "reference recipe": "holds (magnitude: holds)"}]
     assert b == [{"claim": "tail", "verdict": "contradicted",
-                  "regime": "outside the paper's regime"}]
-    assert summary.verdict_rows(claims())[1][0]["regime"] == "in regime"
+                  "regime": "outside the paper's regime (bb); in the paper's regime (bb4)"}]
+    assert summary.verdict_rows(claims())[1][0]["regime"] == "-"  # no backbone read
 
 
 def test_a_paper_a_claim_not_shown_has_no_recipe_and_still_renders():

@@ -17,6 +17,7 @@ from loopscope.tokenizer import EOS
 from loopscope.units import (
     FEWEST_UNITS,
     LAG1_MAX,
+    MIN_UNITS,
     block_length,
     blocks,
     lag1,
@@ -77,6 +78,17 @@ def test_natural_documents_are_the_unit_where_there_are_enough():
     few = resampling_units(np.repeat(np.arange(FEWEST_UNITS - 1), 8), np.arange(72),
                            np.random.default_rng(0).normal(size=72))
     assert few.name.startswith("window within 9 documents") and few.describe()["units"] == 72
+
+
+def test_paper_b_sets_ask_for_more_units_than_documents_give():
+    # 12 documents pass the floor of 10 but not paper B's 30: independent windows
+    # (no drift) become one unit each, 48 in all
+    docs = np.repeat(np.arange(12), 4)
+    values = np.random.default_rng(1).normal(size=48)
+    assert resampling_units(docs, np.arange(48), values).name == "document"
+    units = resampling_units(docs, np.arange(48), values, MIN_UNITS)
+    assert units.name.startswith("window within 12 documents")
+    assert units.describe()["units"] == 48 >= MIN_UNITS
 
 
 def test_blocks_follow_the_start_order_whatever_the_input_order():

@@ -17,6 +17,7 @@ is fit on a trajectory too, so the policies stage's sweep of a run starts here
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ from loopscope.policies import (
     train_probe,
 )
 from loopscope.runs import Run
-from loopscope.stats import SMALLEST_TYPE, Documents, bootstrap_mean
+from loopscope.stats import SMALLEST_TYPE, Documents, Interval, bootstrap_mean
 from loopscope.token_types import TOKEN_TYPES, type_names, window_types
 
 
@@ -158,11 +159,42 @@ def convergence_loop(kl: np.ndarray, eps: float) -> np.ndarray:
     return np.where(above.any(axis=0), d - last_from_end + 1, 2).astype(np.int32)
 
 
-def useful_depth(ce_by_depth: np.ndarray, tolerance: float) -> np.ndarray:
-    """Saturation: the smallest depth whose mean CE is within tolerance of the best; of
-    each column where ce_by_depth is (depths, draws)."""
-    ce_by_depth = np.asarray(ce_by_depth)
-    return np.argmax(ce_by_depth <= ce_by_depth.min(axis=0) + tolerance, axis=0) + 1
+def useful_depth(ce_by_depth: np.ndarray, tolerance: float = 0.0, share: float | None = None
+                 ) -> np.ndarray:
+    """Saturation: the smallest depth whose mean CE is within a margin of the best; of
+    each column where ce_by_depth is (depths, draws). The margin is `tolerance` nats,
+    or, given `share`, that share of the whole gain CE(1) - CE(best): paper B's curve
+    improves monotonically, then is flat, and "flat" is read against what depth gains
+    at all, so that backbones of different R and gain are held to the same standard."""
+    ce = np.asarray(ce_by_depth)
+    best = ce.min(axis=0)
+    margin = tolerance if share is None else share * (ce[0] - best)
+    return np.argmax(ce <= best + margin, axis=0) + 1
+
+
+def shares(draws: np.ndarray) -> dict[str, float]:
+    """An integer statistic's resamples as the share at each value ({"k5": 0.62, ...}):
+    its interval alone reads [k, k] whenever 95% of resamples agree, which says nothing
+    of how close the next value came."""
+    values, counts = np.unique(np.asarray(draws[1:]).astype(np.int64), return_counts=True)
+    return {f"k{v}": float(c / counts.sum()) for v, c in zip(values, counts, strict=True)}
+
+
+def saturation(ce: np.ndarray, iv: Callable[[np.ndarray], Interval], share: float,
+               nats: list[float], relative: list[float]) -> dict[str, Any]:
+    """The useful depth by the stated rule (within `share` of the whole gain), with its
+    interval and the share of resamples at each depth, and beside it the same at every
+    tolerance of the sensitivity table (absolute in nats, and relative): a verdict read
+    on it that changes across the table is fragile. ce: (D, draws) CE per depth."""
+    useful = useful_depth(ce, share=share)
+    rows = [{"kind": kind, "tolerance": t,
+             "useful_depth_iv": iv(useful_depth(ce, **{arg: t}).astype(np.float64)).to_dict()}
+            for kind, arg, values in (("nats", "tolerance", nats),
+                                      ("share", "share", relative)) for t in values]
+    return {"rule": "share of the gain", "share": share,
+            "useful_depth": int(useful[0]),
+            "useful_depth_iv": iv(useful.astype(np.float64)).to_dict(),
+            "useful_depth_shares": shares(useful), "sensitivity": rows}
 
 
 def argmax_changes_later(argmax: np.ndarray, upto: int) -> np.ndarray:
@@ -183,6 +215,14 @@ def training_mean(cfg: TrainConfig, loops: int) -> float:
     return float(s.m + 1) if isinstance(s, LogNormal) else float(loops)
 
 
+def nominal_mean(cfg: TrainConfig, loops: int) -> float:
+    """The training depth's nominal mean: m of the lognormal sampler (Huginn's `mean`,
+    the depth its evaluation runs, while E[r] = m + 1), R for a fixed depth. Paper B's
+    "mean 8" is this m: it builds on Huginn's sampler and evaluates at 8 (PAPERS.md)."""
+    s = sampler(cfg, loops)
+    return float(s.m) if isinstance(s, LogNormal) else float(loops)
+
+
 def first_below(kl: np.ndarray, eps: float) -> np.ndarray:
     """Per token, A1's exit loop: the first loop i >= 2 with KL(p_i || p_{i-1}) < eps
     (D + 1 if none, as convergence_loop). Unlike convergence_loop it does not ask the
@@ -199,17 +239,19 @@ def _per_draw(boot: Documents, docs: np.ndarray, rows: np.ndarray) -> np.ndarray
 
 
 def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
-              epsilon: float, tolerance: float, resamples: int,
-              sampler_mean: float | None = None) -> dict[str, Any]:
+              epsilon: float, cfg: ConvergenceConfig, sampler_mean: float | None = None,
+              nominal_mean: float | None = None) -> dict[str, Any]:
     """metrics/convergence/<cell>.json from a trajectory (tokens of all seeds pooled):
     per-depth and per-loop means, and every statistic a paper B claim is judged by with
     its 95% interval from one set of document resamples (so differences are paired):
     elasticity step by step, flatness past R, the decay of KL and state change, the
     useful depth, the convergence loop and A1's exit loop, and the convergence loop by
     token type (types: TOKEN_TYPES indices, -1 for tokens left out). docs: one document
-    per token; sampler_mean: the training sampler's E[r], recorded beside R."""
-    d = traj.depth
-    boot = Documents(docs, resamples)
+    per token; sampler_mean: the training sampler's E[r], and nominal_mean its nominal
+    mean m (Huginn's `mean`, E[r] = m + 1), recorded beside R. cfg: tolerance, the
+    useful depth's share and sensitivity table, resamples (convergence params)."""
+    d, tolerance = traj.depth, cfg.tolerance
+    boot = Documents(docs, cfg.bootstrap)
     iv = boot.interval
     ce = _per_draw(boot, docs, traj.ce)  # (D, draws)
     kl = _per_draw(boot, docs, np.nan_to_num(traj.kl[1:]))  # loops 2..D
@@ -219,9 +261,10 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
     half = max(r // 2, 1)
     late = min(2 * r, d)
     past = np.abs(ce[r - 1:] - ce[r - 1])  # |CE(D') - CE(R)|, D' = R..D
-    useful = useful_depth(ce, tolerance)
+    median, median_exit = boot.quantile(docs, conv, 0.5), boot.quantile(docs, exit_, 0.5)
     out: dict[str, Any] = {
-        "reference_depth": r, "sampler_mean": sampler_mean, "max_depth": d,
+        "reference_depth": r, "sampler_mean": sampler_mean, "nominal_mean": nominal_mean,
+        "max_depth": d,
         "tokens": int(traj.ce.shape[1]), "units": len(boot.ids),
         "ce_at_depth": {f"k{k}": float(v) for k, v in enumerate(ce[:, 0], 1)},
         "kl": {f"k{k}": float(v) for k, v in enumerate(kl[:, 0], 2)},
@@ -239,13 +282,13 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
                      "log10_ratio": iv(np.log10(kl[late - 2] / kl[0])).to_dict()},
         "state_decay": {"from": r, "to": d,
                         "log10_ratio": iv(np.log10(change[d - 1] / change[r - 1])).to_dict()},
-        "saturation": {"useful_depth": int(useful[0]),
-                       "useful_depth_iv": iv(useful.astype(np.float64)).to_dict(),
-                       "tolerance": tolerance},
+        "saturation": saturation(ce, iv, cfg.useful_share, cfg.sensitivity_nats,
+                                 cfg.sensitivity_shares),
         "convergence": {
             "epsilon": epsilon,
-            "median_loop": iv(boot.quantile(docs, conv, 0.5)).to_dict(),
-            "median_exit_loop": iv(boot.quantile(docs, exit_, 0.5)).to_dict(),
+            "median_loop": iv(median).to_dict(), "median_loop_shares": shares(median),
+            "median_exit_loop": iv(median_exit).to_dict(),
+            "median_exit_loop_shares": shares(median_exit),
             "mean_loop": float(conv.mean()),
             "share_after_reference": iv(boot.mean(docs, conv > r)).to_dict(),
             "share_unsettled": float(np.mean(conv > d))},
@@ -339,6 +382,7 @@ class RunConvergence:
     seed: int
     r: int  # R, the evaluation depth (model.loops)
     sampler_mean: float  # E[r] of the training depth (training_mean)
+    nominal_mean: float  # its nominal mean m, paper B's "mean" (nominal_mean)
     traj: Trajectory  # `report` windows, depths 1..D
     choose_ce: np.ndarray  # (D, tokens of `choose`) CE per depth
     exits: PolicyResult  # A1 (KL at policies.cross_epsilon) on `report`, capped at D
@@ -384,7 +428,8 @@ def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon:
                      batch)
     window = np.concatenate([report.x[:, :1].cpu().numpy(), report.y.cpu().numpy()], 1)
     return RunConvergence(
-        seed=run.cell.train.seed, r=r, sampler_mean=training_mean(run.cell.train, r), traj=traj,
+        seed=run.cell.train.seed, r=r, sampler_mean=training_mean(run.cell.train, r),
+        nominal_mean=nominal_mean(run.cell.train, r), traj=traj,
         choose_ce=choose_ce, exits=exits, tokens=report.x.flatten().cpu().numpy(),
         types=window_types(tok, window)[:, 1:].reshape(-1), docs=report.token_docs(),
         unit=report.unit)
@@ -405,7 +450,7 @@ def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsil
     docs = np.concatenate([r.docs for r in runs])
     cell = runs[0]
     metrics = summarize(traj, docs, np.concatenate([run.types for run in runs]), cell.r,
-                        cfg.epsilon, cfg.tolerance, cfg.bootstrap, cell.sampler_mean)
+                        cfg.epsilon, cfg, cell.sampler_mean, cell.nominal_mean)
     choose_ce = np.concatenate([r.choose_ce for r in runs], axis=1).mean(axis=1)
     metrics["cross"] = cross_analysis(traj, pool([r.exits for r in runs]), docs, choose_ce,
                                       cfg.bootstrap)

@@ -23,7 +23,7 @@ params.yaml's backbone is now, so a point reruns to the same recipe on any later
 The results are read from `dvc exp show --json`,
 so they are what the experiments measured; results.json records the commit they were
 queued on. Every statistic is metrics/convergence/backbone.json's (intervals resample
-documents): useful depth (smallest depth within convergence.tolerance of the best CE,
+documents): useful depth (smallest depth within convergence.useful_share of the gain,
 depths 1..4R), elasticity (CE(1) - CE(R)), the tail (share of tokens whose convergence
 loop is after R), and the training time from metrics/train_timings.
 """
@@ -183,8 +183,21 @@ def point(e: Experiment, params_raw: dict[str, Any], conv: dict[str, Any],
         "elasticity": conv["elasticity"]["gain"],
         "tail": conv["convergence"]["share_after_reference"],
         "best_ce": min(ce), "ce_at_r": ce[r - 1],
-        "tolerance": conv["saturation"]["tolerance"],
+        "tolerance": useful_rule(conv["saturation"]),
         "train_seconds": None if timing is None else timing["train_seconds"]}
+
+
+def useful_rule(saturation: dict[str, Any]) -> str:
+    """The useful depth's margin as its metrics state it: a share of the gain (the
+    convergence stage's rule), or nats from the best (metrics written before it)."""
+    if "share" in saturation:
+        return f"{saturation['share']:.0%} of the gain CE(1) - CE(best)"
+    return f"{saturation['tolerance']:g} nats"
+
+
+def _margin(tolerance: float | str) -> str:
+    """A results file's useful-depth margin: useful_rule's text, or nats (older files)."""
+    return tolerance if isinstance(tolerance, str) else f"{tolerance:g} nats"
 
 
 def _metric(data: dict[str, Any], path: str) -> dict[str, Any] | None:
@@ -386,7 +399,7 @@ policy's, measured side by side on this machine.
 
 Paper B's claims are about a backbone that uses its depth: useful depth equal to its
 training mean. This page is what each lever of our backbone's recipe does to its
-useful depth (the smallest uniform depth within {results['tolerance']:g} nats of the
+useful depth (the smallest uniform depth within {_margin(results['tolerance'])} of the
 best CE over depths 1..4R), its elasticity (CE(1) - CE(R)) and its tail (the share of
 tokens still changing after R), each with its 95% interval (document resamples). Each
 row is one `dvc exp` experiment on the `{CELL}` cell, queued on commit

@@ -74,6 +74,10 @@ class DiagnoseConfig:
     timing_windows: int = 32  # throughput: the first this many of the windows are timed
 
 
+def _list(*values: Any) -> Any:
+    return field(default_factory=lambda: list(values))
+
+
 @dataclass
 class ConvergenceConfig:
     """Paper B's convergence measurements, on every cell."""
@@ -81,13 +85,12 @@ class ConvergenceConfig:
     depth_factor: int = 4  # uniform depths 1 .. factor x R, the evaluation depth
     epsilon: float = 1e-3  # a token has converged once KL stays below this
     windows: int = 128  # validation windows per set (3 sets: probe, choose, report)
-    tolerance: float = 0.01  # saturation: depths within this many nats of the best
+    tolerance: float = 0.01  # elasticity and flatness: a change within this (nats) is none
+    useful_share: float = 0.02  # useful depth: within this share of CE(1) - CE(best)
+    sensitivity_nats: list[float] = _list(0.001, 0.003, 0.01, 0.02)
+    sensitivity_shares: list[float] = _list(0.01, 0.02, 0.05, 0.1)
     bootstrap: int = 1000  # resamples of documents behind every interval
     batch_size: int = 16
-
-
-def _list(*values: Any) -> Any:
-    return field(default_factory=lambda: list(values))
 
 
 # The exit rules a policies grid may name, with their default thresholds: the rules'
@@ -337,6 +340,11 @@ def _check_ranges(section: str, obj: Any) -> None:
         for name in ("windows", "bootstrap", "batch_size"):
             req(name, getattr(obj, name) >= 1, ">= 1")
         req("tolerance", obj.tolerance >= 0, ">= 0")
+        req("useful_share", 0 < obj.useful_share < 1, "in (0, 1)")
+        req("sensitivity_nats", all(v >= 0 for v in obj.sensitivity_nats),
+            "a list of tolerances >= 0 (nats)")
+        req("sensitivity_shares", all(0 < v < 1 for v in obj.sensitivity_shares),
+            "a list of shares in (0, 1)")
     elif isinstance(obj, PoliciesConfig):
         req("match_nats", obj.match_nats > 0, "> 0")
         req("grids", bool(obj.grids), "a mapping of at least one rule to its thresholds")

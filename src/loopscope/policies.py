@@ -518,16 +518,22 @@ def sweep_settings(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.
     return out
 
 
-def flops_per_token(model: LoopedLM, exit_loop: np.ndarray, checks: np.ndarray,
-                    reads_logits: bool) -> float:
-    """Mean forward FLOPs per token of exit decisions: prelude, each loop a token ran,
-    each check it was part of (a coda and head pass for a rule that reads logits, a
-    few d-sized vector operations for a head-free one), and the final readout.
-    Attention counted at the mean query position (see LoopedLM.cost)."""
+def token_flops(model: LoopedLM, exit_loop: np.ndarray, checks: np.ndarray,
+                reads_logits: bool) -> np.ndarray:
+    """Forward FLOPs of each token's exit decisions: prelude, each loop it ran, each
+    check it was part of (a coda and head pass for a rule that reads logits, a few
+    d-sized vector operations for a head-free one), and the final readout. Attention
+    counted at the mean query position (see LoopedLM.cost)."""
     cost = model.cost()
     check = cost.readout if reads_logits else 4 * model.cfg.d_model
-    return float(cost.prelude + cost.loop * np.mean(exit_loop) + check * np.mean(checks)
-                 + cost.readout)
+    return (cost.prelude + cost.loop * np.asarray(exit_loop, np.float64)
+            + check * np.asarray(checks, np.float64) + cost.readout)
+
+
+def flops_per_token(model: LoopedLM, exit_loop: np.ndarray, checks: np.ndarray,
+                    reads_logits: bool) -> float:
+    """Mean forward FLOPs per token of exit decisions (token_flops)."""
+    return float(token_flops(model, exit_loop, checks, reads_logits).mean())
 
 
 def make(name: str, threshold: float = 0.0, first: int = 1, every: int = 1,
@@ -575,6 +581,12 @@ class Outcome:
     ce: np.ndarray
     loops: np.ndarray
     flops: float  # mean forward FLOPs per token
+    checks: np.ndarray | None = None  # per token (None: uniform depth, no checks)
+
+    def token_flops(self, model: LoopedLM) -> np.ndarray:
+        """Per-token forward FLOPs (policies.token_flops), for the intervals."""
+        checks = np.zeros_like(self.loops) if self.checks is None else self.checks
+        return token_flops(model, self.loops, checks, RULES[self.rule].needs_logits)
 
     @property
     def mean_ce(self) -> float:
@@ -630,7 +642,8 @@ def outcomes_of(model: LoopedLM, uniform: dict[str, np.ndarray],
         for s, res in per_set.items():
             outcomes[s].setdefault(rule, []).append(Outcome(
                 rule, threshold, res.ce, res.exit_loop,
-                flops_per_token(model, res.exit_loop, res.checks, RULES[rule].needs_logits)))
+                flops_per_token(model, res.exit_loop, res.checks, RULES[rule].needs_logits),
+                res.checks))
     return outcomes
 
 
@@ -707,9 +720,12 @@ def summarize(model: LoopedLM, uniform: dict[str, np.ndarray],
         return interval(o.ce - base["report"].ce)
 
     def measured(o: Outcome) -> dict[str, Any]:
+        flops = boot.mean(docs, o.token_flops(model))  # per draw; depth R's is fixed
         return {"threshold": o.threshold, "mean_loops": o.mean_loops, "ce": o.mean_ce,
                 "delta_ce": delta(o), "flops_ratio": o.flops / base["report"].flops,
-                "flops_ratio_baseline": o.flops / baseline.flops}
+                "flops_ratio_baseline": o.flops / baseline.flops,
+                "flops_ratio_iv": boot.interval(flops / base["report"].flops).to_dict(),
+                "flops_ratio_baseline_iv": boot.interval(flops / baseline.flops).to_dict()}
 
     metrics: dict[str, Any] = {
         "reference_depth": r, "match_nats": match, "choose_nats": choose,

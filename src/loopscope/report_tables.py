@@ -422,17 +422,16 @@ def exit_benchmark() -> dict[str, Any] | None:
 
 def exit_regime(bench: dict[str, Any], conv: Mapping[str, dict[str, Any]]) -> str | None:
     """How to read the timed backbone's speedup against uniform depth: inside paper B's
-    regime or outside it (paper_b.Backbone.regime: a backbone that does not need its
-    depth leaves a per-token policy little to save). None: the timed cell has no
+    regime, at its edge or outside it (paper_b.Backbone.regime: a backbone that does not
+    need its depth leaves a per-token policy little to save). None: the timed cell has no
     convergence metrics in this run."""
     if bench["cell"] not in conv:
         return None
     timed = Backbone(bench["cell"], conv[bench["cell"]])
-    regime = timed.regime()
-    return (f"**Regime:** {timed.depth_use}. The speedup against uniform depth is "
-            + (f"read {regime}: a backbone that does not need its depth leaves a per-token "
-               "policy little to save over a shallower uniform depth." if regime
-               else "read inside the paper's regime."))
+    return (f"**Regime:** {timed.depth_use}. The speedup against uniform depth is read "
+            f"{timed.regime()}"
+            + (": a backbone that does not need its depth leaves a per-token policy little "
+               "to save over a shallower uniform depth." if timed.outside() else "."))
 
 
 BENCH_MODES = ("scoring", "generation_batch1", "generation_batched")

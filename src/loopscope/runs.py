@@ -90,7 +90,7 @@ class Run:
             h0 = initial_states(self.model, at, self.cell.train.seed)
             units = resampling_units(document_ids(self.val, eos, at), at,
                                      window_surprisal(self.val.numpy(), at,
-                                                      self.cell.model.context))
+                                                      self.cell.model.context), MIN_UNITS)
             out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
                                 units.ids, h0, units.name)
         return out

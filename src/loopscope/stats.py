@@ -280,7 +280,7 @@ class Claim:
     value: str
     verdict: Verdict
     magnitude: Verdict | Literal["n/a"] = "n/a"
-    regime: str = ""  # why the verdict is read outside the paper's regime ("": inside)
+    regime: str = ""  # paper B: where the backbones read stand against the paper's regime
     depth_use: str = ""  # paper B: the backbone's useful depth against R
     recipe: str = ""  # the recipe group of paper A's cells the claim is judged in
     resampled: str = ""  # what the interval resamples: units, and seeds per cell

@@ -57,16 +57,24 @@ def _group(row: dict[str, Any]) -> str:
             else "ours")
 
 
+def short_regime(marks: str) -> str:
+    """paper_b.Backbone.regime's marks without their numbers: "in the paper's regime
+    (backbone)"; "-" for none."""
+    found = re.findall(r"((?:in|outside|at the edge of) the paper's regime) \((\w+):", marks)
+    return "; ".join(f"{state} ({name})" for state, name in found) or "-"
+
+
 def verdict_rows(claims: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """Paper A: one row per claim, a verdict column per recipe group; paper B: one row
-    per claim and backbone, with the regime mark where its backbone is outside it."""
+    per claim and backbone, with the regime mark of the backbones it reads (in, at the
+    edge of, or outside the paper's regime; "-" for a row read on none)."""
     a: dict[str, dict[str, str]] = {}
     for r in claims["paper_a"]:
         row = a.setdefault(r["claim"], {"claim": r["claim"], "our recipe": "-",
                                         "reference recipe": "-"})
         row["our recipe" if _group(r) == "ours" else "reference recipe"] = verdict(r)
     b = [{"claim": r["claim"], "verdict": verdict(r),
-          "regime": "outside the paper's regime" if r.get("regime") else "in regime"}
+          "regime": short_regime(r.get("regime", ""))}
          for r in claims["paper_b"]]
     return list(a.values()), b
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 FEWEST_UNITS = 10  # an interval resting on fewer units decides nothing
-MIN_UNITS = 30  # paper B's sets deal out blocks giving at least this many (runs.py)
+MIN_UNITS = 30  # paper B's sets: documents, else blocks, aiming at this many (runs.py)
 LAG1_MAX = 0.1  # adjacent block means at most this correlated count as independent
 SMALLEST_PAIRS = 4  # fewer adjacent pairs measure no correlation: stop lengthening
 
@@ -36,14 +36,17 @@ class Units:
         return {"unit": self.name, "units": int(len(np.unique(self.ids)))}
 
 
-def resampling_units(docs: np.ndarray, starts: np.ndarray, values: np.ndarray) -> Units:
+def resampling_units(docs: np.ndarray, starts: np.ndarray, values: np.ndarray,
+                     fewest: int = FEWEST_UNITS) -> Units:
     """The units of windows starting at `starts` in documents `docs`: the documents
-    when there are at least FEWEST_UNITS of them, otherwise blocks of consecutive
-    windows, never crossing a document's end, as long as block_length finds on the
-    per-window `values` (window_surprisal: the same for every cell and seed, so the
-    cells' intervals stay paired on the same units)."""
+    when there are at least `fewest` of them, otherwise blocks of consecutive windows,
+    never crossing a document's end, as long as block_length finds on the per-window
+    `values` (window_surprisal: the same for every cell and seed, so the cells'
+    intervals stay paired on the same units). Paper B's sets ask for MIN_UNITS: its
+    integer statistics (useful depth, median loop) need more units than a mean does to
+    vary between resamples."""
     n_docs = len(np.unique(docs))
-    if n_docs >= FEWEST_UNITS:
+    if n_docs >= fewest:
         return Units(np.asarray(docs), "document")
     per, r = block_length(docs, starts, values)
     what = f"block of {per} windows" if per > 1 else "window"
@@ -70,11 +73,18 @@ def block_length(docs: np.ndarray, starts: np.ndarray, values: np.ndarray
         per *= 2
 
 
-def _pairs(docs: np.ndarray, starts: np.ndarray, per: int) -> int:
-    """Adjacent pairs of blocks of `per` windows within one document."""
+def _block_docs(docs: np.ndarray, starts: np.ndarray, per: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The block id of each window (blocks of `per`) and the document of each block."""
     ids = blocks(docs, starts, per)
     block_doc = np.zeros(ids.max() + 1 if len(ids) else 0, np.int64)
     block_doc[ids] = np.asarray(docs)
+    return ids, block_doc
+
+
+def _pairs(docs: np.ndarray, starts: np.ndarray, per: int) -> int:
+    """Adjacent pairs of blocks of `per` windows within one document."""
+    block_doc = _block_docs(docs, starts, per)[1]
     return int(np.sum(block_doc[1:] == block_doc[:-1]))
 
 
@@ -82,11 +92,9 @@ def lag1(docs: np.ndarray, starts: np.ndarray, values: np.ndarray, per: int) -> 
     """The lag-1 autocorrelation of the means of blocks of `per` windows: the Pearson
     correlation of each block's mean with the next block's in the same document
     (nan with fewer than two such pairs or no spread)."""
-    ids = blocks(docs, starts, per)
-    n = ids.max() + 1 if len(ids) else 0
+    ids, block_doc = _block_docs(docs, starts, per)
+    n = len(block_doc)
     means = np.bincount(ids, np.asarray(values, np.float64), n) / np.bincount(ids, None, n)
-    block_doc = np.zeros(n, np.int64)
-    block_doc[ids] = np.asarray(docs)
     same = block_doc[1:] == block_doc[:-1]
     a, b = means[:-1][same], means[1:][same]
     if len(a) < 2 or a.std() == 0 or b.std() == 0:
