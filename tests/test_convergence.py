@@ -202,6 +202,9 @@ def test_cell_metrics_pool_the_tokens_of_every_run():
     assert {k: m[k] for k in pooled} == pooled
     assert m["tokens"] == 2 * DOCS * PER_DOC and m["units"] == 2 * DOCS
     assert m["cross"]["best_depth"] == 5  # neither run's own best
+    # the choose windows' own curve: the pooled mean per depth and its useful depth
+    assert m["choose"]["ce_at_depth"]["k5"] == pytest.approx(4.1)
+    assert m["choose"]["useful_depth"] == 5
     assert m["cross"]["mean_exit_loop"] == pytest.approx(3.0)
     assert m["cross"]["epsilon"] == 5e-4
     assert (m["seeds"], m["unit"]) == (2, "document")

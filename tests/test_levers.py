@@ -147,3 +147,16 @@ def test_a_rerun_agrees_within_a_loop_and_two_hundredths_of_a_nat():
     assert levers.check("trend-steps-180", conv(5.0, gain=0.23), results)
     with pytest.raises(DataError, match="no row"):
         levers.check("lever-core1", conv(), results)
+
+
+def test_the_search_ranks_on_the_choose_windows_not_on_the_verdicts_data():
+    def row(name, report, choose):
+        return {"name": name, "useful_depth": {"value": report, "lo": report, "hi": report},
+                "elasticity": {"value": 0.5}, "choose_useful_depth": choose}
+
+    rows = [row("a", 6, 4), row("b", 5, 5)]
+    best, on = levers.deepest(rows)
+    assert best["name"] == "b" and "`choose`" in on  # report alone would pick a
+    old = [dict(r, choose_useful_depth=None) for r in rows]
+    best, on = levers.deepest(old)
+    assert best["name"] == "a" and "predate" in on

@@ -49,6 +49,7 @@ from loopscope.report_tables import (
     profile_table,
     provenance_table,
     saturation_gap,
+    sensitivity_table,
     slope_table,
     speedup_table,
     sweep_table,
@@ -322,6 +323,26 @@ def test_backbones_are_the_sampled_depth_cells_described_as_trained():
     row = table.iloc[0]
     assert row["R (model.loops)"] == 8 and row["depth sampler"] == "lognormal"
     assert row["max depth measured"] == 32 and row["resampled"] == "40 units (document)"
+
+
+def test_the_sensitivity_table_marks_a_verdict_that_hinges_on_the_tolerance():
+    def with_table(r, found):
+        c = conv(r, useful=found[0.01])
+        c["nominal_mean"] = float(r)
+        c["saturation"]["sensitivity"] = [
+            {"kind": "nats", "tolerance": t, "useful_depth_iv": iv(u, u, u)}
+            for t, u in found.items()]
+        return c
+
+    both = {"bb4": with_table(4, {0.003: 4, 0.01: 3}), "bb": with_table(8, {0.003: 8, 0.01: 5})}
+    table, line = sensitivity_table(["bb4", "bb"], both)
+    assert table["tolerance"].tolist() == ["0.003 nats", "0.01 nats"]
+    assert table["verdict"].tolist() == ["holds", "contradicted"]
+    assert table["bb regime"].tolist() == ["in the paper's regime",
+                                           "outside the paper's regime"]
+    assert "fragile: contradicted at 0.01 nats; holds at 0.003 nats" in line
+    steady = {"bb4": with_table(4, {0.003: 4, 0.01: 4}), "bb": with_table(8, {0.003: 8, 0.01: 8})}
+    assert sensitivity_table(["bb4", "bb"], steady)[1].endswith("every tolerance: holds.")
 
 
 def test_worst_step_is_the_step_that_helps_least():

@@ -443,7 +443,8 @@ def cell_table(runs: list[RunConvergence], epsilon: float) -> pd.DataFrame:
 def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsilon: float
                  ) -> dict[str, Any]:
     """metrics/convergence/<cell>.json: summarize and cross_analysis over the tokens of
-    every run pooled, so intervals resample documents across the cell's seeds. R, the
+    every run pooled, so intervals resample documents across the cell's seeds, and the
+    `choose` windows' CE per depth and useful depth (where recipes are chosen). R, the
     training sampler and the resampling unit are those of the cell, the same in every
     run."""
     traj = Trajectory.concat([r.traj for r in runs])
@@ -455,6 +456,11 @@ def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsil
     metrics["cross"] = cross_analysis(traj, pool([r.exits for r in runs]), docs, choose_ce,
                                       cfg.bootstrap)
     metrics["cross"]["epsilon"] = cross_epsilon
+    # The `choose` windows' curve and useful depth: what a recipe is chosen on (the
+    # depth-use search, loopscope.levers), away from the `report` windows it is judged on
+    metrics["choose"] = {
+        "ce_at_depth": {f"k{k}": float(v) for k, v in enumerate(choose_ce, 1)},
+        "useful_depth": int(useful_depth(choose_ce, share=cfg.useful_share))}
     metrics["seeds"] = len(runs)
     metrics["unit"] = cell.unit
     return metrics

@@ -180,6 +180,9 @@ def point(e: Experiment, params_raw: dict[str, Any], conv: dict[str, Any],
         "name": e.name, "lever": e.lever, "series": e.series, "rev": rev, "axis": e.axis,
         "x": float(n if e.x is None else e.x), "tokens": n, "R": r,
         "useful_depth": Interval.of(conv["saturation"]["useful_depth_iv"]).to_dict(),
+        # what the search ranks on: the `choose` windows, not the `report` ones the
+        # claims are judged on (None: metrics from before the choose windows' curve)
+        "choose_useful_depth": conv.get("choose", {}).get("useful_depth"),
         "elasticity": conv["elasticity"]["gain"],
         "tail": conv["convergence"]["share_after_reference"],
         "best_ce": min(ce), "ce_at_r": ce[r - 1],
@@ -373,7 +376,7 @@ def page(results: dict[str, Any]) -> str:
     total = sum(r["train_seconds"] or 0 for r in rows[1:])
     trend = sorted((r for r in rows if r["series"] == DEFAULT), key=lambda r: r["tokens"])
     span = trend[-1]["tokens"] / trend[0]["tokens"] if trend else 0
-    best = max(rows, key=lambda r: (r["useful_depth"]["value"], r["elasticity"]["value"]))
+    best, ranked_on = deepest(rows)
     missing = (f"\n\nNot run yet: {', '.join(results['missing'])}." if results["missing"]
                else "")
     runtime = ""
@@ -417,9 +420,29 @@ depth within {AGREE_LOOPS} loop, elasticity within {AGREE_NATS} nats).
 
 ![useful depth, elasticity and tail by lever](depth/{FIGURE.name})
 
-The trend spans {span:g}x of training tokens. The deepest useful depth measured:
-`{best['name']}`, {best['useful_depth']['value']:g} of R = {best['R']}.{runtime}{missing}
+The trend spans {span:g}x of training tokens. The deepest useful depth measured
+{ranked_on}: `{best['name']}`, {_useful(best)} of R = {best['R']}.{runtime}{missing}
 """
+
+
+def deepest(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """The run with the deepest useful depth (ties: the larger elasticity), ranked on
+    the `choose` windows where every run has them, and which windows it was ranked on.
+    A recipe chosen on the `report` windows would be judged on the data it was chosen
+    on, so results without the choose windows' curve say so."""
+    if rows and all(r.get("choose_useful_depth") is not None for r in rows):
+        return (max(rows, key=lambda r: (r["choose_useful_depth"], r["elasticity"]["value"])),
+                "on the `choose` windows (the claims read `report`)")
+    return (max(rows, key=lambda r: (r["useful_depth"]["value"], r["elasticity"]["value"])),
+            "on the `report` windows, the ones the claims are judged on: these results "
+            "predate the `choose` windows' useful depth; rerun `make depth` to rank away "
+            "from the verdicts' data")
+
+
+def _useful(row: dict[str, Any]) -> str:
+    found = row.get("choose_useful_depth")
+    return (f"{found} on `choose` ({row['useful_depth']['value']:g} on `report`)"
+            if found is not None else f"{row['useful_depth']['value']:g}")
 
 
 def collect(rev: str | None = None) -> dict[str, Any]:

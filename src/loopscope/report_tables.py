@@ -34,7 +34,7 @@ from loopscope.errors import require_output
 from loopscope.experiments import flips, recorded, run_counts, verdict_columns
 from loopscope.outputs import loop_order, read_json, read_metrics
 from loopscope.paper_a import PAPER_CONTROL_NORMS, PAPER_DRIFT_NORMS, CellA
-from loopscope.paper_b import Backbone, worst_step
+from loopscope.paper_b import Backbone, fragile, sensitivity, worst_step
 from loopscope.stats import Interval
 from loopscope.units import FEWEST_UNITS
 
@@ -112,12 +112,15 @@ def units_statement(stage: str, cells: list[str]) -> str:
     return line
 
 
-def experiment_verdicts(paper: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str]] | None:
+def experiment_verdicts(paper: str, cells: list[str] | None = None
+                        ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]] | None:
     """The default's verdicts on `paper`'s claims beside every committed experiment's
-    (loopscope.experiments), the count of each verdict per run, and a line per
-    experiment: what it changed and the verdicts that turned between holds and
-    contradicted. None when no experiment is committed."""
-    exps = recorded()
+    (loopscope.experiments) that changed one of `cells` (None: every experiment), the
+    count of each verdict per run, and a line per experiment: what it changed and the
+    verdicts that turned between holds and contradicted. None when there is none."""
+    exps = {n: e for n, e in recorded().items()
+            if cells is None or any(k.startswith(f"cells.{c}.") for k in e["params"]
+                                    for c in cells)}
     if not exps:
         return None
     table = verdict_columns(read_json(paths.CLAIMS, "claims")[paper],
@@ -292,7 +295,8 @@ def elasticity_table(names: list[str], conv: Mapping[str, dict[str, Any]]) -> pd
         m, r = conv[c], conv[c]["reference_depth"]
         e = m["elasticity"]
         worst = worst_step(e)
-        rows.append({"backbone": c, "R": r, "training mean": m.get("sampler_mean"),
+        rows.append({"backbone": c, "R": r, "m (nominal mean)": m.get("nominal_mean"),
+                     "E[r] (training mean)": m.get("sampler_mean"),
                      "CE(1)": m["ce_at_depth"]["k1"], "CE(R)": m["ce_at_depth"][f"k{r}"],
                      "CE(1) - CE(R)": str(Interval.of(e["gain"])),
                      "CE(R/2) - CE(R)": str(Interval.of(e["half_gain"])),
@@ -301,6 +305,21 @@ def elasticity_table(names: list[str], conv: Mapping[str, dict[str, Any]]) -> pd
                      "max |CE(D) - CE(R)|, D = R..4R": str(Interval.of(e["flat"])),
                      "useful depth": str(Interval.of(m["saturation"]["useful_depth_iv"]))})
     return pd.DataFrame(rows)
+
+
+def sensitivity_table(names: list[str], conv: Mapping[str, dict[str, Any]]
+                      ) -> tuple[pd.DataFrame, str]:
+    """The useful depth of each backbone (names: the saturation test's order), its
+    regime mark and the saturation verdict at every tolerance of the convergence stage's
+    table, and a line saying whether the verdict is fragile (changes across it)."""
+    backbones = [Backbone(c, conv[c]) for c in names]
+    rows = sensitivity(backbones)
+    if not rows:
+        return pd.DataFrame(), "No sensitivity table in these metrics."
+    note = fragile(rows)
+    line = (f"**The saturation verdict is {note}**: it hinges on the tolerance." if note else
+            f"The saturation verdict is the same at every tolerance: {rows[0]['verdict']}.")
+    return pd.DataFrame(rows), line
 
 
 def token_loops(cell: str) -> pd.DataFrame:
