@@ -48,6 +48,8 @@ from loopscope.report_tables import (
     policy_table,
     profile_table,
     provenance_table,
+    recipe_deviation,
+    runtime_goal,
     saturation_gap,
     sensitivity_table,
     slope_table,
@@ -325,6 +327,15 @@ def test_backbones_are_the_sampled_depth_cells_described_as_trained():
     assert row["max depth measured"] == 32 and row["resampled"] == "40 units (document)"
 
 
+def test_a_backbone_recipe_states_how_it_differs_from_paper_bs():
+    ours = cell(8, depth="lognormal", depth_sigma=0.1)
+    assert recipe_deviation(ours) == ("sampler sigma 0.1, not 0.5; 0 prelude and 0 coda "
+                                      "blocks (paper B has both)")
+    paper = dataclasses.replace(cell(8, depth="lognormal", depth_sigma=0.5),
+                                model=dataclasses.replace(ours.model, n_prelude=1, n_coda=1))
+    assert recipe_deviation(paper) == "paper B's"
+
+
 def test_the_sensitivity_table_marks_a_verdict_that_hinges_on_the_tolerance():
     def with_table(r, found):
         c = conv(r, useful=found[0.01])
@@ -442,6 +453,17 @@ def bench() -> dict:
     return {"cell": "bb", "baseline_depth": 6, "scoring": {**mode, "measured_speedup":
                                                               {"kl": 1.4}},
             "generation_batch1": mode, "generation_batched": mode}
+
+
+def test_the_runtime_goal_line_says_when_flops_leave_no_room():
+    b = bench()  # realized 1.5x but a FLOP speedup of 1.3x in every mode
+    line = runtime_goal(b)
+    assert line.startswith("**Goal 1.4x** realized against depth 6: best 1.50x (kl, ")
+    assert "met." in line and "out of reach by FLOPs" in line
+    for mode in ("scoring", "generation_batch1", "generation_batched"):
+        b[mode] = {**b[mode], "realized": {"kl": 1.1}, "flop_speedup": {"kl": 1.6}}
+    line = runtime_goal(b)
+    assert "not met" in line and "leaves room for it" in line
 
 
 def test_exit_benchmark_tables_and_regime(tmp_path, monkeypatch):

@@ -108,3 +108,10 @@ def test_the_norm_figure_draws_one_line_per_paper_a_cell(tmp_path, monkeypatch):
     assert (tmp_path / "norm.png").read_bytes()[:4] == b"\x89PNG"
     labels = [line.get_label() for ax in drawn[0].axes for line in ax.get_lines()]
     assert labels == ["perloop_normed", "ref_perloop_normed"]  # backbones are not paper A's
+
+
+def test_results_name_each_backbones_recipe_against_paper_bs():
+    found = {"paper_b_recipe": {"backbone": "R = 8: sampler sigma 0.1, not 0.5"}}
+    assert summary.backbone_recipes(found) == (
+        "Backbones, against paper B's recipe: `backbone` (R = 8: sampler sigma 0.1, not 0.5).")
+    assert summary.backbone_recipes({}) == "No paper B backbone in this run."

@@ -19,7 +19,7 @@ from loopscope.cells import cell_group, control, paper_b_backbones, recipe
 from loopscope.config import load_cell
 from loopscope.errors import require_output
 from loopscope.paper_a import CellA, init_effect, paper_a_claims
-from loopscope.paper_b import paper_b_claims
+from loopscope.paper_b import paper_b_claims, recipe_deviation
 from loopscope.stats import table
 
 
@@ -53,7 +53,8 @@ def judge(cells: list[str], policy_cells: list[str], margin: float, resamples: i
     """Both papers' claims on this run's outputs (tables/claims.json): each table as
     rows (loopscope.stats.table), the verdict counts of the findings, paper A's
     mechanism checks apart (implementation checks, not counted as reproduced findings),
-    and the sentence on what the recipe does to paper A's drift magnitude."""
+    the sentence on what the recipe does to paper A's drift magnitude, and how paper B's
+    backbones differ from its recipe."""
     configs = {c: load_cell(paths.config_file(c)) for c in cells}
     groups = {c: cell_group(configs[c]) for c in cells}
     data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"])
@@ -75,4 +76,6 @@ def judge(cells: list[str], policy_cells: list[str], margin: float, resamples: i
                          for verdict in ("holds", "contradicted", "inconclusive", "not shown")}
                      for k, v in found.items()}
     out["init_effect"] = init_effect(data, resamples)
+    out["paper_b_recipe"] = {c: f"R = {configs[c].model.loops}: {recipe_deviation(configs[c])}"
+                             for c in (main, second) if c is not None}
     return out

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loopscope.config import CellConfig
 from loopscope.stats import (
     SMALLEST_TYPE,
     Claim,
@@ -96,6 +97,21 @@ def _shares(found: dict[str, float]) -> str:
     """{"k5": 0.62, "k4": 0.38} -> "5: 62%, 4: 38%" (most frequent first)."""
     return ", ".join(f"{k[1:]}: {v:.0%}" for k, v in
                      sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+PAPER_B_SIGMA = 0.5  # paper B's sampler (Huginn's): r = 1 + Poisson(LogNormal(., 0.5))
+
+
+def recipe_deviation(cfg: CellConfig) -> str:
+    """How a backbone's recipe differs from paper B's (the sampler's sigma 0.5, a
+    prelude and a coda around the core), or "paper B's" where it does not."""
+    t, m = cfg.train, cfg.model
+    found = []
+    if t.depth_sigma != PAPER_B_SIGMA:
+        found.append(f"sampler sigma {t.depth_sigma:g}, not {PAPER_B_SIGMA:g}")
+    if not (m.n_prelude and m.n_coda):
+        found.append(f"{m.n_prelude} prelude and {m.n_coda} coda blocks (paper B has both)")
+    return "; ".join(found) or "paper B's"
 
 
 def _pct(iv: Interval) -> str:

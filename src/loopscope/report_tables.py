@@ -34,7 +34,7 @@ from loopscope.errors import require_output
 from loopscope.experiments import flips, recorded, run_counts, verdict_columns
 from loopscope.outputs import loop_order, read_json, read_metrics
 from loopscope.paper_a import PAPER_CONTROL_NORMS, PAPER_DRIFT_NORMS, CellA
-from loopscope.paper_b import Backbone, fragile, sensitivity, worst_step
+from loopscope.paper_b import Backbone, fragile, recipe_deviation, sensitivity, worst_step
 from loopscope.stats import Interval
 from loopscope.units import FEWEST_UNITS
 
@@ -272,14 +272,18 @@ def backbone_cells(configs: Mapping[str, CellConfig]) -> list[str]:
 
 def backbone_table(names: list[str], configs: Mapping[str, CellConfig],
                    conv: Mapping[str, dict[str, Any]]) -> pd.DataFrame:
-    """A row per backbone: R, its depth sampler and mean convention, recipe, and what
-    metrics/convergence measured (largest depth, seeds, resampling units)."""
+    """A row per backbone: R, its depth sampler, mean convention and sigma, its blocks,
+    how its recipe differs from paper B's, and what metrics/convergence measured
+    (largest depth, seeds, resampling units)."""
     rows = []
     for c in names:
-        t = configs[c].train
-        rows.append({"backbone": c, "R (model.loops)": configs[c].model.loops,
+        t, m = configs[c].train, configs[c].model
+        rows.append({"backbone": c, "R (model.loops)": m.loops,
                      "depth sampler": t.depth, "mean convention": t.depth_mean,
-                     "init": configs[c].model.init, "steps": t.steps, "lr": t.lr,
+                     "sigma": t.depth_sigma,
+                     "prelude / core / coda": f"{m.n_prelude} / {m.n_core} / {m.n_coda}",
+                     "against paper B's recipe": recipe_deviation(configs[c]),
+                     "init": m.init, "steps": t.steps, "lr": t.lr,
                      "backprop loops": t.backprop_loops,
                      "max depth measured": conv[c]["max_depth"], "seeds": conv[c]["seeds"],
                      "resampled": f"{conv[c]['units']} units ({conv[c]['unit']})"})
@@ -472,6 +476,28 @@ def speedup_table(bench: dict[str, Any]) -> pd.DataFrame:
                          "realized vs depth R": b["realized_vs_r"][policy],
                          "FLOP speedup vs depth R": b["flop_speedup_vs_r"][policy]})
     return pd.DataFrame(rows)
+
+
+RUNTIME_GOAL = 1.4  # the exit runtime's goal: realized speedup over the baseline depth
+
+
+def runtime_goal(bench: dict[str, Any]) -> str:
+    """One line: the best realized speedup against the baseline depth against the goal,
+    and whether the exits' FLOP speedup leaves room for it on this backbone."""
+    base = bench["baseline_depth"]
+    found = [(bench[m]["realized"][p], bench[m]["flop_speedup"][p], p, m)
+             for m in BENCH_MODES if m in bench for p in bench[m]["realized"]]
+    if not found:
+        return "No policy was timed."
+    realized, _, policy, mode = max(found)
+    flop = max(f for _, f, _, _ in found)
+    line = (f"**Goal {RUNTIME_GOAL:g}x** realized against depth {base}: best {realized:.2f}x "
+            f"({policy}, {mode}), {'met' if realized >= RUNTIME_GOAL else 'not met'}. ")
+    if flop < RUNTIME_GOAL:
+        return line + (f"On this backbone the goal is out of reach by FLOPs: the chosen exits' "
+                       f"best FLOP speedup is {flop:.2f}x, so the exits save too little "
+                       "compute over the smallest matching uniform depth for 1.4x.")
+    return line + f"The chosen exits' best FLOP speedup, {flop:.2f}x, leaves room for it."
 
 
 def profile_table(bench: dict[str, Any]) -> pd.DataFrame | None:

@@ -83,7 +83,8 @@ def verdicts_block(claims: dict[str, Any]) -> str:
     a, b = verdict_rows(claims)
     return (f"**Paper A** (the readout blind spot), in each recipe group:\n\n"
             f"{markdown_table(a)}\n\n"
-            f"**Paper B** (per-token fixed-point convergence):\n\n{markdown_table(b)}")
+            f"**Paper B** (per-token fixed-point convergence). {backbone_recipes(claims)}"
+            f"\n\n{markdown_table(b)}")
 
 
 def train_seconds(timings: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -142,6 +143,14 @@ def runtime_rows(bench: dict[str, Any]) -> list[dict[str, str]]:
             if (b := bench.get(mode)) for p in b["realized"]]
 
 
+def backbone_recipes(claims: dict[str, Any]) -> str:
+    """One line: each paper B backbone's recipe against paper B's (claims.json)."""
+    found = claims.get("paper_b_recipe") or {}
+    return ("Backbones, against paper B's recipe: "
+            + "; ".join(f"`{c}` ({text})" for c, text in found.items()) + "."
+            if found else "No paper B backbone in this run.")
+
+
 def claim_rows(rows: list[dict[str, Any]], paper: str) -> list[dict[str, str]]:
     keys = (["claim", "recipe"] if paper == "a" else ["claim", "depth_use"]) + [
         "paper", "value", "verdict", "criterion"] + (["regime"] if paper == "b" else [])
@@ -181,6 +190,8 @@ same numbers: [reports/html/index.html](../reports/html/index.html).
 {claims.get("init_effect", "")}
 
 ## Paper B: per-token fixed-point convergence
+
+{backbone_recipes(claims)}
 
 {markdown_table(claim_rows(claims["paper_b"], "b"))}
 
