@@ -332,6 +332,15 @@ def test_every_paper_b_claim_shows_its_backbones_useful_depth_against_r():
                                    "main: useful depth 3 [2, 3] of R = 8")
 
 
+def test_paper_b_rows_say_what_they_resample_and_that_one_seed_conditions_them():
+    main = dict(conv(), units=52, unit="block of 2 windows", seeds=1)
+    found = paper_b_claims({"main": main, "second": dict(conv(r=4), units=52, seeds=2)},
+                           {"main": pol()}, "main", "second")
+    assert found[0].resampled == ("main: 52 units (block of 2 windows), one seed: "
+                                  "conditional on that trained model")
+    assert found[-1].resampled.startswith("second: 52 units (document) x 2 seeds; main:")
+
+
 def test_paper_b_claims_are_not_shown_without_a_backbone():
     found = paper_b_claims({}, {}, None, None)
     assert found and {c.verdict for c in found} == {"not shown"}

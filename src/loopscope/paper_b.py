@@ -92,6 +92,16 @@ class Backbone:
     def outside(self) -> bool:
         return self.regime().startswith("outside")
 
+    @property
+    def resampled(self) -> str:
+        """What the backbone's intervals resample: its units, and its seeds (one seed
+        makes every interval conditional on that trained model)."""
+        seeds = int(self.conv.get("seeds", 1))
+        unit = self.conv.get("unit", "document")
+        units = f"{self.name}: {self.conv.get('units', '?')} units ({unit})"
+        return units + (f" x {seeds} seeds" if seeds > 1 else
+                        ", one seed: conditional on that trained model")
+
 
 def _shares(found: dict[str, float]) -> str:
     """{"k5": 0.62, "k4": 0.38} -> "5: 62%, 4: 38%" (most frequent first)."""
@@ -437,4 +447,5 @@ def paper_b_claims(conv: dict[str, dict[str, Any]], pol: dict[str, dict[str, Any
     rows += [(a1_fewer_loops(b), [b]), (a1_saves_compute(b), [b]),
              (a2_saves_nothing(b), [b]), (saturation([*others, b]), [*others, b])]
     return [replace(c, depth_use="; ".join(x.depth_use for x in read),
-                    regime="; ".join(x.regime() for x in read)) for c, read in rows]
+                    regime="; ".join(x.regime() for x in read),
+                    resampled="; ".join(x.resampled for x in read)) for c, read in rows]
