@@ -289,10 +289,14 @@ def _policy_value(q: dict[str, Any], p: dict[str, Any]) -> str:
 UNMATCHED = "no setting matched depth R's quality on the choose windows: nothing measured"
 
 
-def _swept(b: Backbone, rule: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The backbone's policies metrics and those of one rule (None: not swept)."""
+def _swept(b: Backbone, rule: str, text: str, paper: str
+           ) -> tuple[dict[str, Any], dict[str, Any]] | Claim:
+    """The backbone's policies metrics and those of one rule, or the row saying it was
+    not swept."""
     q = (b.pol or {}).get(rule)
-    return None if q is None else (b.pol, q)
+    if q is None:
+        return not_shown(text, paper, "-", f"the {rule} rule was not swept on this backbone")
+    return b.pol, q
 
 
 def a1_fewer_loops(b: Backbone) -> Claim:
@@ -305,8 +309,8 @@ def a1_fewer_loops(b: Backbone) -> Claim:
     next row (a1_saves_compute)."""
     text = f"A1 (KL exit) matches uniform depth-R quality in fewer loops [{b.name}]"
     paper = "4.94 mean loops at R = 8 (-38%)"
-    if (found := _swept(b, "kl")) is None:
-        return not_shown(text, paper, "-", "the kl rule was not swept on this backbone")
+    if isinstance(found := _swept(b, "kl", text, paper), Claim):
+        return found
     p, q = found
     match, base = p["match_nats"], p["baseline_depth"]
     crit = (f"CE - CE(R) on report at most {match} nats (upper bound; contradicted when the "
@@ -328,8 +332,8 @@ def a1_saves_compute(b: Backbone) -> Claim:
     its interval."""
     text = f"A1 (KL exit) saves compute at matched quality [{b.name}]"
     paper = "-38% loops (checks not counted)"
-    if (found := _swept(b, "kl")) is None:
-        return not_shown(text, paper, "-", "the kl rule was not swept on this backbone")
+    if isinstance(found := _swept(b, "kl", text, paper), Claim):
+        return found
     p, q = found
     base = p["baseline_depth"]
     crit = (f"FLOPs per token (checks counted) / depth R's < 1, {b.depth} (interval); "
@@ -348,8 +352,8 @@ def a2_saves_nothing(b: Backbone) -> Claim:
     saving whatever its quality); contradicted only by a real saving at matched quality."""
     text = f"A2 (oracle-labelled probe) saves nothing [{b.name}]"
     paper = "7.99 mean loops: no saving"
-    if (found := _swept(b, "probe")) is None:
-        return not_shown(text, paper, "-", "the probe rule was not swept on this backbone")
+    if isinstance(found := _swept(b, "probe", text, paper), Claim):
+        return found
     p, q = found
     match = p["match_nats"]
     crit = (f"mean loops at matched quality (upper bound of CE - CE(R) <= {match} nats) "
