@@ -408,7 +408,7 @@ tokens still changing after R), each with its 95% interval (document resamples).
 row is one `dvc exp` experiment on the `{CELL}` cell, queued on commit
 `{results['baseline'][:7]}`. Every experiment changes one lever of the search's base
 recipe, `default`: the backbone cell with {base}. Paper B's regime, as the claims read
-it: useful depth at least {results['regime']:g} R.
+it: useful depth at least {results['regime']:g} m, the sampler's nominal mean (= R here).
 
 Reproduce: `make depth` (queues every experiment, runs them, rewrites this page); the
 experiments here trained for {total / 60:.0f} minutes on {results['machine']}. One point:
