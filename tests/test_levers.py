@@ -160,3 +160,16 @@ def test_the_search_ranks_on_the_choose_windows_not_on_the_verdicts_data():
     old = [dict(r, choose_useful_depth=None) for r in rows]
     best, on = levers.deepest(old)
     assert best["name"] == "a" and "predate" in on
+
+
+def test_the_page_shows_the_choose_depth_it_ranks_on_and_names_a_tie():
+    results = levers.from_exp_show(exp_show())
+    results["machine"] = "test machine"
+    for r in results["rows"]:
+        r["choose_useful_depth"] = 5
+    text = levers.page(results)
+    assert "| useful depth / R | on choose |" in text
+    assert "| trend-steps-180 | training tokens | 0.37 | 5 [5, 6] / 8 | 5 |" in text
+    assert "Tied on `choose` with `trend-steps-180`" in text  # the default ranks first
+    results["rows"][1]["choose_useful_depth"] = 4
+    assert "Tied on" not in levers.page(results)

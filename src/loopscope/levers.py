@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -47,7 +48,8 @@ from loopscope.paper_b import REGIME
 from loopscope.params import parse_params, resolve_cell
 from loopscope.stage import run
 from loopscope.stats import Interval
-from loopscope.summary import machine, markdown_table, runtime_rows
+from loopscope.summary import markdown_table, runtime_rows
+from loopscope.timings import cpu_model
 
 CELL = "backbone"  # the cell every experiment retrains
 TARGET = f"convergence@{CELL}"  # dvc exp run reproduces this stage and its upstream only
@@ -293,6 +295,8 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             "experiment": r["name"], "lever": r["lever"],
             "tokens (M)": f"{r['tokens'] / 1e6:.2f}",
             "useful depth / R": f"{u.value:g} [{u.lo:g}, {u.hi:g}] / {r['R']}",
+            "on choose": "-" if r.get("choose_useful_depth") is None
+            else str(r["choose_useful_depth"]),
             "elasticity (nats)": str(Interval.of(r["elasticity"])),
             "tail at R": _pct(Interval.of(r["tail"])),
             "best CE": f"{r['best_ce']:.3f}",
@@ -377,6 +381,11 @@ def page(results: dict[str, Any]) -> str:
     trend = sorted((r for r in rows if r["series"] == DEFAULT), key=lambda r: r["tokens"])
     span = trend[-1]["tokens"] / trend[0]["tokens"] if trend else 0
     best, ranked_on = deepest(rows)
+    tied = [f"`{r['name']}`" for r in rows if r is not best
+            and r.get("choose_useful_depth") is not None
+            and r.get("choose_useful_depth") == best.get("choose_useful_depth")]
+    ties = (f" Tied on `choose` with {', '.join(tied)}: the larger elasticity ranks first."
+            if tied else "")
     missing = (f"\n\nNot run yet: {', '.join(results['missing'])}." if results["missing"]
                else "")
     runtime = ""
@@ -404,7 +413,9 @@ Paper B's claims are about a backbone that uses its depth: useful depth equal to
 training mean. This page is what each lever of our backbone's recipe does to its
 useful depth (the smallest uniform depth within {_margin(results['tolerance'])} of the
 best CE over depths 1..4R), its elasticity (CE(1) - CE(R)) and its tail (the share of
-tokens still changing after R), each with its 95% interval (document resamples). Each
+tokens still changing after R), each with its 95% interval (resampled units), on the
+`report` windows the claims are judged on. The search ranks on `on choose`: the useful
+depth on the `choose` windows, apart from those the verdicts read. Each
 row is one `dvc exp` experiment on the `{CELL}` cell, queued on commit
 `{results['baseline'][:7]}`. Every experiment changes one lever of the search's base
 recipe, `default`: the backbone cell with {base}. Paper B's regime, as the claims read
@@ -421,7 +432,7 @@ depth within {AGREE_LOOPS} loop, elasticity within {AGREE_NATS} nats).
 ![useful depth, elasticity and tail by lever](depth/{FIGURE.name})
 
 The trend spans {span:g}x of training tokens. The deepest useful depth measured
-{ranked_on}: `{best['name']}`, {_useful(best)} of R = {best['R']}.{runtime}{missing}
+{ranked_on}: `{best['name']}`, {_useful(best)} of R = {best['R']}.{ties}{runtime}{missing}
 """
 
 
@@ -453,7 +464,7 @@ def collect(rev: str | None = None) -> dict[str, Any]:
     if out.returncode != 0:
         raise DataError(f"`dvc exp show --json` failed: {out.stderr.strip()}")
     results = from_exp_show(json.loads(out.stdout))
-    results["machine"] = machine()
+    results["machine"] = f"{cpu_model()}, {os.cpu_count()} CPU cores"
     write_json(RESULTS, results)
     results = json.loads(RESULTS.read_text())  # the page is what the committed file renders
     render(results)
