@@ -3,22 +3,42 @@ diagnose.val_sequences windows spread over the whole validation split: perplexit
 each depth through each loop's own readout, norm statistics, radial gradient fraction
 (per token and per batch, beside RMSNorm's eps floor), and Lemma 2's angular step times
 scale per loop (tokens/s: the throughput stage, which times every cell in one process).
+Then, on the same windows and models, the recurrent scale clamp in the reference's two
+modes (freeze_loop1: every H_k rescaled to its loop-1 magnitude, direction kept;
+remove_radial: each loop's update loses its component along the previous state): the
+change in CE per loop through each loop's own readout, token by token, against the
+unclamped CE of the sweep. The clamp reads the same params, models and windows, so it
+runs in this process rather than paying a second start-up and model load per cell.
 
 Writes metrics/diagnose/<cell>.json and, for the intervals the claims need,
 tables/diagnose/<cell>.parquet (one row per token and seed, with its resampling unit:
 see loopscope.diagnostics.Measured and loopscope.units) and tables/sweep/<cell>.parquet
 (per seed and unit, sums over its tokens). With several seeds, every metric pools the
 cell's runs; `ppl_at_depth_sd` / `norm_mean_sd` give the spread, and the claims'
-intervals resample the seeds too.
+intervals resample the seeds too. metrics/clamp/<cell>.json: per mode, delta_ce per loop
+(pooled over seeds) and at the last loop its 95% interval from resampling units and
+seeds (diagnose.bootstrap).
 """
 
 import sys
 
+import torch
+
 from loopscope import memory
-from loopscope.diagnostics import Measured, diagnose_headline, measure, summarize_runs
+from loopscope.diagnostics import (
+    Clamped,
+    Measured,
+    clamp_headline,
+    clamp_metrics,
+    clamp_run,
+    diagnose_headline,
+    measure,
+    summarize_runs,
+    unclamped_ce,
+)
 from loopscope.outputs import write_outputs
 from loopscope.params import load_params
-from loopscope.runs import trained_runs
+from loopscope.runs import Run, trained_runs
 from loopscope.stage import run
 from loopscope.units import Units
 
@@ -27,14 +47,27 @@ def main() -> None:
     name = sys.argv[1]
     params = load_params().diagnose
     runs: list[Measured] = []
+    trained: list[Run] = []
     for r in trained_runs(name, params.val_sequences):
+        trained.append(r)
         memory.check_forward(r.cell, r.compute, params.batch_size, "diagnose.batch_size",
-                             "diagnose", reads=False)
+                             "diagnose", reads=False, n_params=r.model.num_params())
         m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.loops, r.h0)
         runs.append(m.of_run(r.cell.train.seed, Units(r.docs, r.unit)))
     metrics, pooled = summarize_runs(runs)
     write_outputs("diagnose", name, metrics, {"diagnose": pooled.tokens, "sweep": pooled.sweep})
     print(f"diagnose {name}: {diagnose_headline(metrics)}")
+
+    clamped: list[Clamped] = []
+    for r in trained:
+        seed, docs = r.cell.train.seed, r.token_docs()
+        torch.manual_seed(seed)  # as trained_runs seeds each run before its measurement
+        unclamped = unclamped_ce(pooled.tokens, seed, docs, r.cell.model.loops, name)
+        clamped.append(clamp_run(r.model, r.x, r.y, r.h0, params.batch_size, unclamped,
+                                 seed, docs))
+    clamp = clamp_metrics(clamped, params.bootstrap)
+    write_outputs("clamp", name, clamp)
+    print(f"clamp {name}: {clamp_headline(clamp)}")
 
 
 if __name__ == "__main__":

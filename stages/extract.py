@@ -16,7 +16,8 @@ def main() -> None:
     for r in trained_runs(name, params.extract.val_sequences, "extract.val_sequences"):
         out = paths.extract_dir(name, r.tag)
         memory.check_forward(r.cell, r.compute, params.extract.batch_size,
-                             "extract.batch_size", "extract", reads=False)
+                             "extract.batch_size", "extract", reads=False,
+                             n_params=r.model.num_params())
         ext = write_extract(r.model, r.x, r.y, params.extract.batch_size, out, name, r.h0)
         print(f"extract {name} {r.tag}: {ext.meta['tokens']:,} tokens x "
               f"{ext.meta['loops'] + 1} states -> {out}/")

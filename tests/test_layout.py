@@ -172,7 +172,7 @@ def test_stage_outputs_are_where_loopscope_paths_puts_them():
     assert str(paths.EXTRACTS / cell) in outs(stages[f"extract@{cell}"])
     assert str(paths.metrics_file("diagnose", cell)) in outs(stages[f"diagnose@{cell}"])
     assert str(paths.metrics_file("throughput", cell).parent) in outs(stages["throughput"])
-    assert str(paths.metrics_file("clamp", cell)) in outs(stages[f"clamp@{cell}"])
+    assert str(paths.metrics_file("clamp", cell)) in outs(stages[f"diagnose@{cell}"])
     assert str(paths.HEADLINE) in outs(stages["headline"])
     assert str(paths.table_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])
     assert str(paths.metrics_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 # Paper A's normed and raw readouts, both loss placements, and paper B's backbone.
 CELLS = ["terminal_normed", "perloop_normed", "perloop_raw", "backbone"]
-PER_CELL = ("train", "extract", "diagnose", "clamp", "convergence", "policies")
+PER_CELL = ("train", "extract", "diagnose", "convergence", "policies")
 
 
 @pytest.fixture

@@ -409,7 +409,7 @@ def test_measuring_stages_are_dvc_yaml_s():
         assert stages[name].get("foreach") == foreach, name
     params = load_params(ROOT / "params.yaml")
     n = plan_module.measuring_stages(params)
-    assert sum(n.values()) == (4 * len(params.cells) + len(params.policies.cells) + 6 + 3)
+    assert sum(n.values()) == (3 * len(params.cells) + len(params.policies.cells) + 6 + 3)
 
 
 def test_the_hours_are_filled_on_this_cpu_and_brief_prints_the_totals():

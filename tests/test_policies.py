@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import BACKBONE, Scripted, tiny_tokens
 
-from loopscope import policies
+from loopscope import model as model_module
 from loopscope.config import TrainConfig
 from loopscope.convergence import (
     argmax_changes_later,
@@ -239,7 +239,7 @@ def test_argmax_stability_can_exit_only_with_enough_checks_before_the_cap():
 
 def test_vocabulary_math_in_row_chunks_is_bit_identical_to_whole_batches(monkeypatch):
     """trajectory, uniform_ce, the logit rules and the final CE compute over the
-    vocabulary in row chunks (policies.CHUNK_BYTES); any chunk size gives the same bits."""
+    vocabulary in row chunks (model.CHUNK_BYTES); any chunk size gives the same bits."""
     model = backbone()
     x, y = tiny_tokens(3, 16), tiny_tokens(3, 16).roll(1, 1)
     h0 = model.initial_state(model.inputs(x), torch.Generator().manual_seed(0))
@@ -254,7 +254,7 @@ def test_vocabulary_math_in_row_chunks_is_bit_identical_to_whole_batches(monkeyp
     row = model.cfg.vocab_size * 4
     results = []
     for chunk in (1 << 40, 3 * row, row):  # whole batches, 3 rows, 1 row at a time
-        monkeypatch.setattr(policies, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(model_module, "CHUNK_BYTES", chunk)
         results.append(measure())
     for traj, ce, runs in results[1:]:
         whole, whole_ce, whole_runs = results[0]

@@ -29,7 +29,7 @@ from tokenizers import Tokenizer
 
 from loopscope.config import TrainConfig
 from loopscope.depth import LogNormal, sampler
-from loopscope.model import LoopedLM
+from loopscope.model import LoopedLM, row_chunks
 from loopscope.params import ConvergenceConfig, PoliciesConfig
 from loopscope.policies import (
     KL,
@@ -41,7 +41,6 @@ from loopscope.policies import (
     kl_divergence,
     pool,
     relative_change,
-    row_chunks,
     sweep_settings,
     train_probe,
 )
@@ -84,7 +83,7 @@ def _record(model: LoopedLM, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor 
     FIELDS asked for, a (depth, tokens) array, and the states of loops 1..keep_states.
 
     The vocabulary-wide math (log-softmax, CE, KL, argmax) runs in row chunks
-    (policies.row_chunks), bit-identical to whole batches and several times faster;
+    (model.row_chunks), bit-identical to whole batches and several times faster;
     the previous loop's log-probabilities live in a buffer swapped with the current."""
     rows: dict[str, list[list[np.ndarray]]] = {k: [[] for _ in range(depth)] for k in fields}
     states: list[list[np.ndarray]] = [[] for _ in range(keep_states)]

@@ -351,15 +351,17 @@ def check_training(cell: CellConfig, device: torch.device) -> None:
 
 
 def check_forward(cell: CellConfig, run_on: compute.Compute, batch_size: int, key: str,
-                  stage: str, reads: bool = True) -> None:
+                  stage: str, reads: bool = True, n_params: int | None = None) -> None:
     """Refuse a measuring stage whose batches will not fit (ResourceError): `batch_size`
     windows of the cell's model at its training depth, key the param that sets it,
-    reads whether the stage reads the states out (logits)."""
+    reads whether the stage reads the states out (logits). n_params: the loaded model's
+    count, where the stage has it (num_params' meta-device build costs a second of
+    imports in a process that has not used the meta device)."""
     limit = available(run_on.device)
     if limit is None:
         return
     m = cell.model
-    parts = forward(m, batch_size, m.loops, reads, run_on.bf16)
+    parts = forward(m, batch_size, m.loops, reads, run_on.bf16, n_params)
     keys = (f"{key} ({batch_size}), model.context ({m.context}), model.d_model "
             f"({m.d_model}), model.loops ({m.loops}) and tokenizer.vocab_size "
             f"({m.vocab_size})")

@@ -75,9 +75,12 @@ def read_json(path: Path, stage: str) -> Any:
 
 def _writer(kind: str, cell: str) -> str:
     """The stage that writes metrics/<kind>/<cell>.json: throughput times every cell in
-    one stage, and the training runs' wall times come from the cell's train stage."""
+    one stage, the training runs' wall times come from the cell's train stage, and the
+    clamp runs in the cell's diagnose stage."""
     if kind == "throughput":
         return kind
+    if kind == "clamp":
+        return f"diagnose@{cell}"
     return f"train@{cell}" if kind == paths.TRAIN_TIMINGS else f"{kind}@{cell}"
 
 

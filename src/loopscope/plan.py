@@ -32,7 +32,7 @@ gradients run through (the kept loops). The rate:
   share of that roof a training step reaches (step efficiency: the fp32 ratio_to_matmul
   of a committed `bench train` result, metrics/bench/train.json, else STEP_EFFICIENCY);
   --tflops replaces the calibration.
-The measuring stages (extract, diagnose, clamp, throughput, convergence, policies,
+The measuring stages (extract, diagnose with the clamp, throughput, convergence, policies,
 bench_exits) run forward passes only; their FLOPs are counted from params.yaml (windows,
 depths, seeds, grids: measuring_flops), at the rate of a forward pass of the model's own
 shapes timed on this machine (CUDA: the assumed rate), plus a fixed start-up per stage
@@ -86,11 +86,11 @@ STAGE_SECONDS = 4.0
 REPORT_SECONDS = 15.0
 # The measuring stages as dvc.yaml builds them: once per cell, once per policies.cell,
 # once; the reports. Training's own (timings.TRAINING) are timed by their FLOPs.
-PER_CELL_STAGES = ("extract", "diagnose", "clamp", "convergence")
+PER_CELL_STAGES = ("extract", "diagnose", "convergence")
 POLICY_STAGES = ("policies",)
 ONCE_STAGES = ("throughput", "bench_exits", "headline", "claims", "plots", "summary")
 REPORT_STAGES = ("report_blind_spot", "report_convergence", "report_index")
-CLAMP_PASSES = 2  # clamp@<cell>: one pass per mode (loopscope.diagnostics.CLAMP_MODES)
+CLAMP_PASSES = 2  # diagnose@<cell>'s clamp: one pass per mode (diagnostics.CLAMP_MODES)
 BENCH_POLICIES = 3  # bench_exits times kl, latent-diff, cosine (loopscope.bench_exits.RULES)
 SAMPLE_BYTES = 2_000_000  # text the estimate's tokenizer sees: seconds, even at 32k BPE
 HELD_OUT = 0.1  # tail of the sample the tokens-per-byte ratio is measured on
@@ -132,8 +132,8 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
       extract      P + K L (extract.val_sequences windows; states, no readouts)
       diagnose     P + D (L + R) + 4 K R, D = max(diagnose.loops, K): the depth sweep
                    reading every loop, and Lemma 1's float64 readout with its gradient
-                   at each of the K loops (2 R, at half the fp32 rate)
-      clamp        one pass P + K (L + R) per clamp mode (diagnose.val_sequences)
+                   at each of the K loops (2 R, at half the fp32 rate); then the
+                   clamp, one pass P + K (L + R) per clamp mode
       throughput   the first run: one warm-up batch, then diagnose.timing_repeats
                    rounds of depths 1..K with the final readout (diagnose.timing_windows)
       convergence  3 passes P + C (L + R), C = depth_factor x K: the report and choose
@@ -157,8 +157,7 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     out = {
         "extract": runs * params.extract.val_sequences * t * (c.prelude + k * c.loop),
         "diagnose": runs * d.val_sequences * t * (c.prelude + depth * (c.loop + c.readout)
-                                                  + 4 * k * c.readout),
-        "clamp": runs * CLAMP_PASSES * d.val_sequences * t * full,
+                                                  + 4 * k * c.readout + CLAMP_PASSES * full),
         "throughput": t * (d.batch_size * (c.prelude + k * c.loop + c.readout)
                            + d.timing_repeats * d.timing_windows
                            * sum(c.prelude + i * c.loop + c.readout for i in range(1, k + 1))),

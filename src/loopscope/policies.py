@@ -38,32 +38,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from loopscope.model import LoopedLM
+from loopscope.model import LoopedLM, row_chunks, token_ce
 from loopscope.stats import Documents
 from loopscope.units import Units
-
-# Per-token math over the vocabulary (log-softmax, KL, CE) runs on CHUNK_BYTES of rows
-# at a time: each temporary then stays in cache and on the reused heap, where a whole
-# (tokens x vocabulary) array (16 MiB for a batch of 2048 tokens and V = 2048) costs a
-# fresh mapping and a page fault per 4 KiB on every operation (memory.tune_heap's
-# measure setting). Row by row the results are bit-identical (tests/test_policies.py).
-# Side by side on a 2-core AMD EPYC (fp32), A1's KL signal over a batch of 2048 tokens
-# took 26 ms in 1 MiB chunks against 88 ms whole.
-CHUNK_BYTES = 1 << 20
-
-
-def row_chunks(n: int, width: int, itemsize: int = 4) -> list[slice]:
-    """Slices over n rows of `width` values, each about CHUNK_BYTES."""
-    rows = max(1, CHUNK_BYTES // max(1, width * itemsize))
-    return [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
-
-
-def token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-token cross-entropy (N,) of logits (N, V) in fp32, in row chunks."""
-    out = torch.empty(len(targets), dtype=torch.float32, device=logits.device)
-    for rows in row_chunks(len(targets), logits.shape[-1]):
-        out[rows] = F.cross_entropy(logits[rows].float(), targets[rows], reduction="none")
-    return out
 
 
 class MaskedKV:
