@@ -128,7 +128,8 @@ def test_loop_order_is_numeric_not_lexicographic():
 
 
 @pytest.mark.parametrize("kind, stage", [("diagnose", "diagnose@a"), ("throughput", "throughput"),
-                                         (paths.TRAIN_TIMINGS, "train@a")])
+                                         (paths.TRAIN_TIMINGS, "train@a"),
+                                         ("clamp", "diagnose@a")])
 def test_a_missing_metrics_file_names_the_stage_that_writes_it(tmp_path, monkeypatch, kind,
                                                                 stage):
     monkeypatch.chdir(tmp_path)
