@@ -14,8 +14,6 @@ The `summary` stage renders, from the run's own outputs:
 from __future__ import annotations
 
 import json
-import os
-import platform
 import re
 from pathlib import Path
 from typing import Any
@@ -246,11 +244,6 @@ def norm_figure(norm_csv: Path, out: Path) -> None:
     with atomic_output(out) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
-
-
-def machine() -> str:
-    """The machine this process runs on (levers' cost line)."""
-    return f"{platform.machine()}, {os.cpu_count()} CPU cores"
 
 
 def machine_of(bench: dict[str, Any]) -> str:
