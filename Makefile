@@ -1,6 +1,6 @@
 # loopscope: two commands do all set-up on a fresh machine.
 #   make repro   venv + pinned deps + corpus (params.yaml's data:) + the cost estimate
-#                (loopscope.plan --brief) + `dvc repro` -> reports/html/*.html
+#                (loopscope.tools.plan --brief) + `dvc repro` -> reports/html/*.html
 #   make test    venv + pinned deps + pytest: the fast tests (all but those marked slow),
 #                on two workers, one test at a time
 #   make test-slow   the slow tests only (the micro `dvc repro`, its experiments and queue,
@@ -9,7 +9,7 @@
 #   make test-all    every test, fast and slow, as test-slow runs them
 #                (CI, .ci/run: make test, then make test-slow)
 #   make setup   venv + pinned deps only (e.g. before `dvc pull`)
-#   make depth   paper B's depth-use search (loopscope.levers): queue its `dvc exp` runs,
+#   make depth   paper B's depth-use search (loopscope.tools.levers): queue its `dvc exp` runs,
 #                run them one after another, write docs/depth.md from their results
 #   make screenshots   reports/html/*.html -> reports/screenshots/*.png in headless
 #                Chromium (Debian's `chromium` package), offline, full page
@@ -33,18 +33,18 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 data: $(STAMP)
-	$(BIN)/python -m loopscope.corpus
+	$(BIN)/python -m loopscope.weights.corpus
 
 # The estimate first (a few seconds: a matmul probe on this machine), then the run;
-# afterwards `python -m loopscope.timings` prints what each stage really took.
+# afterwards `python -m loopscope.base.timings` prints what each stage really took.
 repro: data
-	$(BIN)/python -m loopscope.plan params.yaml --brief
+	$(BIN)/python -m loopscope.tools.plan params.yaml --brief
 	$(BIN)/dvc repro
 
 depth: data
-	$(BIN)/python -m loopscope.levers queue
+	$(BIN)/python -m loopscope.tools.levers queue
 	$(BIN)/dvc exp run --run-all
-	$(BIN)/python -m loopscope.levers collect
+	$(BIN)/python -m loopscope.tools.levers collect
 
 # The tests go to the workers one by one (loadgroup: the tests of an xdist_group mark
 # share a worker), so a long test file does not keep one worker busy alone. The tests of
@@ -72,7 +72,7 @@ SCREENSHOT_HEIGHT ?= 20000
 screenshots: $(STAMP)
 	@command -v chromium >/dev/null || { echo "make screenshots: no chromium on PATH;" \
 	  "install Debian's package: sudo apt-get install -y chromium" >&2; exit 1; }
-	$(BIN)/python -m loopscope.screenshots $(SCREENSHOT_HTML) $(SCREENSHOT_DIR) \
+	$(BIN)/python -m loopscope.render.screenshots $(SCREENSHOT_HTML) $(SCREENSHOT_DIR) \
 	  --width $(SCREENSHOT_WIDTH) --height $(SCREENSHOT_HEIGHT)
 
 lint: $(STAMP)

@@ -1,15 +1,36 @@
 """Stage bench_exits: the adaptive runtime's realized speedup on the main paper B
 backbone, each policy at its matched threshold against the honest baseline (uniform
 depth min(R, M), M the smallest uniform depth that matches depth R) and against depth R,
-beside the FLOP speedup of the same exits (loopscope.bench_exits, by hand
-python -m loopscope.bench exits; timings, so apart from the reproducible metrics)
--> metrics/bench/exits.json. It imports the exit benchmark alone, not loopscope.bench,
-so the training benchmark is no dependency of this stage."""
+beside the FLOP speedup of the same exits (loopscope.measure.bench_exits; by hand,
+python -m loopscope.tools.bench exits). Timings, so apart from the reproducible metrics:
 
+    python stages/bench_exits.py --cell <cell> --policies metrics/policies/<cell>.json
+        --out metrics/bench/exits.json
+
+The policies file is a dependency of the stage in dvc.yaml, so DVC has it in place
+before this runs; it is read as plain JSON, keeping the reader of outputs (and its
+messages for files that are missing) out of this measuring stage.
+"""
+
+import argparse
+import json
 import sys
+from pathlib import Path
 
-from loopscope.bench_exits import main
-from loopscope.stage import run
+from loopscope.base.files import write_json
+from loopscope.measure.bench_exits import READS, exits, headline
+from loopscope.measure.params import load
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description="time the exit runtime")
+    for name in ("cell", "policies", "out"):
+        parser.add_argument(f"--{name}", required=True)
+    args = parser.parse_args(argv)
+    result = exits(load(READS), args.cell, json.loads(Path(args.policies).read_text()))
+    write_json(args.out, result)
+    print(f"{headline(result)} -> {args.out}")
+
 
 if __name__ == "__main__":
-    run(lambda: main(sys.argv[1:]), stage="bench_exits")
+    main(sys.argv[1:])

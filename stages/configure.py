@@ -1,34 +1,64 @@
-"""Stage configure: validate params.yaml and resolve every cell to configs/<cell>.json.
+"""Stage configure: validate params.yaml, resolve every cell to configs/<cell>.json and
+check, before anything trains, that training fits this machine.
 
-Each train@<cell> stage depends on its own file, so a param change reruns exactly
-the cells whose resolved config changed. train.precision auto is written as what it
-resolves to on this machine (loopscope.compute.precision_of), and the stage runs on
-every `dvc repro` (always_changed: it takes a second), so on a machine that resolves auto
-differently the file changes and the cell retrains instead of reusing results made at
-another precision; where nothing changed the files are byte-identical and nothing reruns.
+Each train@<cell> stage depends on its own file, so a param change reruns exactly the
+cells whose resolved config changed. train.precision auto is written as what it
+resolves to on this machine (loopscope.weights.compute.precision_of), and the stage runs
+on every `dvc repro` (always_changed: it takes a second), so on a machine that resolves
+auto differently the file changes and the cell retrains instead of reusing results made
+at another precision; where nothing changed the files are byte-identical and nothing
+reruns.
+
+The checks before training's compute is spent run here, not in the train stage, so that
+they are no dependency of training (an edit to a memory estimate retrains nothing): every
+cell's training must fit the memory there is (loopscope.preflight.memory), and the disk
+must have room for the model files not yet written and one resume checkpoint.
 """
 
 import dataclasses
+import sys
 from collections import Counter
 
-from loopscope import compute, paths
-from loopscope.outputs import atomic_write_bytes
-from loopscope.params import load_params, resolve_cell
-from loopscope.stage import run
+from loopscope.base import paths
+from loopscope.base.files import atomic_write_bytes
+from loopscope.params import load_params
+from loopscope.preflight import memory
+from loopscope.preflight.disk import model_file_bytes, require_disk, resume_file_bytes
+from loopscope.weights import compute
+from loopscope.weights.config import CellConfig
+from loopscope.weights.resolve import resolve_cell
 
 
-def main() -> None:
+def check_disk(cells: list[CellConfig]) -> None:
+    """Room for what training writes: each model file not yet on disk, and the resume
+    checkpoint of the largest cell, twice (the previous one stays until the next is in
+    place; cells train one after another and delete theirs when done)."""
+    sizes = {c.cell: memory.num_params(c.model) for c in cells}
+    missing = sum(model_file_bytes(sizes[c.cell]) for c in cells for s in c.seeds
+                  if not paths.model_file(c.cell, s).is_file())
+    resume = max(2 * resume_file_bytes(sizes[c.cell], c.train.processes) for c in cells)
+    require_disk({paths.MODELS: missing, paths.CHECKPOINTS: resume},
+                 "Free disk space (or train a smaller model: model.d_model, model.n_core), "
+                 "then rerun `dvc repro`. Nothing was trained.")
+
+
+def main(out: str) -> None:
     params = load_params()
     paths.CONFIGS.mkdir(parents=True, exist_ok=True)
     resolved: Counter[str] = Counter()
+    cells = []
     for name in params.cells:
         cell = resolve_cell(params, name)
         cell.train = dataclasses.replace(cell.train, precision=compute.precision_of(cell.train))
+        memory.check_training(cell, compute.resolve(cell.train).device)
         resolved[cell.train.precision] += 1
-        atomic_write_bytes(paths.config_file(name), cell.to_json().encode())
+        cells.append(cell)
+    check_disk(cells)
+    for cell in cells:
+        atomic_write_bytes(paths.config_file(cell.cell), cell.to_json().encode())
     where = ", ".join(f"{n} {p}" for p, n in resolved.items())
-    print(f"configure: {len(params.cells)} cells ({where}) -> {paths.CONFIGS}/")
+    print(f"configure: {len(params.cells)} cells ({where}) -> {out}/")
 
 
 if __name__ == "__main__":
-    run(main)  # no timings file: it runs on every `dvc repro` and takes a second
+    main(sys.argv[1])

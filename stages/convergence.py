@@ -12,7 +12,7 @@ resample documents, pooled over the cell's seeds.
 
 A position's token type (the `type` column and the statistics by type) is that of its
 target, the token it predicts, typed by the whole word it is part of in the text of
-the window (loopscope.token_types.window_types; "special" for the end-of-text token,
+the window (loopscope.measure.token_types.window_types; "special" for the end-of-text token,
 which the statistics leave out). The convergence loop of a position is that of its
 prediction, the next-token distribution whose KL between loops paper B reads and exits
 on, so its "whitespace shallowest, content words deepest" is about the tokens being
@@ -22,18 +22,27 @@ word after it. The token_id column is the input token.
 
 import sys
 
-from loopscope import paths
-from loopscope.convergence import RunConvergence, cell_metrics, cell_table, headline, measure_run
-from loopscope.data import load_tokenizer
-from loopscope.outputs import write_outputs
-from loopscope.params import load_params
-from loopscope.runs import trained_runs
-from loopscope.stage import run
+from loopscope.base import paths
+from loopscope.measure.convergence import (
+    RunConvergence,
+    cell_metrics,
+    cell_table,
+    headline,
+    measure_run,
+)
+from loopscope.measure.params import load
+from loopscope.measure.runs import trained_runs
+from loopscope.measure.save import write_outputs
+from loopscope.weights.data import load_tokenizer
+
+READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows",
+         "convergence.tolerance", "convergence.useful_share", "convergence.sensitivity_nats",
+         "convergence.sensitivity_shares", "convergence.bootstrap", "convergence.batch_size",
+         "policies.cross_epsilon")
 
 
-def main() -> None:
-    name = sys.argv[1]
-    params = load_params()
+def main(name: str) -> None:
+    params = load(READS)
     cfg, cross_epsilon = params.convergence, params.policies.cross_epsilon
     tok = load_tokenizer(paths.PREPARED)
     runs: list[RunConvergence] = []
@@ -46,4 +55,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage=f"convergence@{sys.argv[1]}")
+    main(sys.argv[1])

@@ -12,7 +12,7 @@ runs in this process rather than paying a second start-up and model load per cel
 
 Writes metrics/diagnose/<cell>.json and, for the intervals the claims need,
 tables/diagnose/<cell>.parquet (one row per token and seed, with its resampling unit:
-see loopscope.diagnostics.Measured and loopscope.units) and tables/sweep/<cell>.parquet
+see loopscope.measure.sweep.Measured and loopscope.measure.units) and tables/sweep/<cell>.parquet
 (per seed and unit, sums over its tokens). With several seeds, every metric pools the
 cell's runs; `ppl_at_depth_sd` / `norm_mean_sd` give the spread, and the claims'
 intervals resample the seeds too. metrics/clamp/<cell>.json: per mode, delta_ce per loop
@@ -24,28 +24,26 @@ import sys
 
 import torch
 
-from loopscope import memory
-from loopscope.diagnostics import (
+from loopscope.measure.clamp import (
     Clamped,
-    Measured,
     clamp_headline,
     clamp_metrics,
     clamp_run,
-    diagnose_headline,
-    measure,
-    summarize_runs,
     unclamped_ce,
 )
-from loopscope.outputs import write_outputs
-from loopscope.params import load_params
-from loopscope.runs import Run, trained_runs
-from loopscope.stage import run
-from loopscope.units import Units
+from loopscope.measure.params import load
+from loopscope.measure.runs import Run, trained_runs
+from loopscope.measure.save import write_outputs
+from loopscope.measure.sweep import Measured, diagnose_headline, measure, summarize_runs
+from loopscope.measure.units import Units
+from loopscope.preflight import memory
+
+READS = ("diagnose.val_sequences", "diagnose.batch_size", "diagnose.loops",
+         "diagnose.bootstrap")
 
 
-def main() -> None:
-    name = sys.argv[1]
-    params = load_params().diagnose
+def main(name: str) -> None:
+    params = load(READS).diagnose
     runs: list[Measured] = []
     trained: list[Run] = []
     for r in trained_runs(name, params.val_sequences):
@@ -71,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage=f"diagnose@{sys.argv[1]}")
+    main(sys.argv[1])

@@ -10,19 +10,21 @@ smallest uniform depth that matches depth R), the one a per-token exit has to be
 Null where no threshold matched or the policies were not swept.
 """
 
-from loopscope import paths
-from loopscope.outputs import read_metrics, write_json
-from loopscope.params import load_params, resolve_cell
-from loopscope.stage import run
+from loopscope.base import paths
+from loopscope.base.files import write_json
+from loopscope.base.outputs import read_metrics
+from loopscope.render.params import load
+
+READS = ("cells", "policies.cells")
 
 
 def main() -> None:
-    params = load_params()
+    params = load(READS)
     rows = {}
     for name in params.cells:
         diag = read_metrics("diagnose", name)
         pol = read_metrics("policies", name) if name in params.policies.cells else {}
-        last = f"k{resolve_cell(params, name).model.loops}"
+        last = f"k{len(diag['ppl_at_depth'])}"  # the cell's K: the sweep reads loops 1..K
         a1 = pol["kl"] if pol.get("kl", {}).get("matched") else {}
         rows[name] = {"norm_final": diag["norm_mean"][last],
                       "ppl_final": diag["ppl_at_depth"][last],
@@ -35,4 +37,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage="headline")
+    main()

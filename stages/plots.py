@@ -1,15 +1,16 @@
 """Stage plots: the long tables across cells that dvc.yaml's top-level plots draw
-(loopscope.plot_tables) -> tables/plots/<name>.csv."""
+(loopscope.render.plot_tables) -> tables/plots/<name>.csv."""
 
-from loopscope import paths
-from loopscope.outputs import atomic_output
-from loopscope.params import load_params
-from loopscope.plot_tables import tables
-from loopscope.stage import run
+from loopscope.base import paths
+from loopscope.base.files import atomic_output
+from loopscope.render.params import load
+from loopscope.render.plot_tables import tables
+
+READS = ("cells", "policies.cells")
 
 
 def main() -> None:
-    params = load_params()
+    params = load(READS)
     found = tables(list(params.cells), params.policies.cells)
     for name, table in found.items():
         with atomic_output(paths.plot_table(name)) as tmp:
@@ -19,4 +20,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage="plots")
+    main()

@@ -3,7 +3,7 @@
 For each trained run: A2's probe is fit on the `probe` windows (oracle labels from the
 argmax path to depth R); uniform depths 1..R and every (rule, threshold) of
 policies.grids run on the `choose` and `report` windows through the masked reference
-(loopscope.policies). Each rule's threshold is chosen on `choose` (fewest mean loops
+(loopscope.measure.policies). Each rule's threshold is chosen on `choose` (fewest mean loops
 whose CE is within half of policies.match_nats of uniform depth R) and reported on
 `report`: metrics/policies/<cell>.json (per rule: threshold, mean loops, CE difference
 with its interval, FLOP ratios to depth R and to the baseline min(R, M), M the smallest
@@ -16,18 +16,21 @@ import sys
 
 import pandas as pd
 
-from loopscope.convergence import sweep_run
-from loopscope.outputs import write_outputs
-from loopscope.params import load_params
-from loopscope.policies import headline, summarize_sweeps
-from loopscope.runs import trained_runs
-from loopscope.stage import run
+from loopscope.measure.params import load
+from loopscope.measure.policies import headline, summarize_sweeps, sweep_run
+from loopscope.measure.rules import check_grid
+from loopscope.measure.runs import trained_runs
+from loopscope.measure.save import write_outputs
+
+READS = ("convergence.windows", "convergence.bootstrap", "policies.match_nats",
+         "policies.grids", "policies.first", "policies.every", "policies.batch_size")
 
 
-def main() -> None:
-    name = sys.argv[1]
-    params = load_params()
+def main(name: str) -> None:
+    params = load(READS)
     cfg = params.policies
+    for rule, grid in cfg.grids.items():  # before any compute is spent
+        check_grid(rule, grid)
     sweeps = [sweep_run(r, cfg, params.convergence.windows, f"policies {name}")
               for r in trained_runs(name)]
     metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap)
@@ -36,4 +39,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage=f"policies@{sys.argv[1]}")
+    main(sys.argv[1])

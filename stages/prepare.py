@@ -1,22 +1,24 @@
 """Stage prepare: train the tokenizer on the corpus and encode train/val token files.
 
 The corpus layout (own .txt files, or a hub corpus's <split>.txt) decides the split; see
-loopscope.data. meta.json gains `source` and `tokenizer_kind` for anything but the
+loopscope.weights.data. meta.json gains `source` and `tokenizer_kind` for anything but the
 original default (own files, bpe), whose prepared/ thus stays byte for byte as before.
 """
 
 from pathlib import Path
 
-from loopscope import paths
-from loopscope.corpus import check_source
-from loopscope.data import Corpus, write_prepared
-from loopscope.params import load_params
-from loopscope.stage import run
-from loopscope.tokenizer import document_pieces, encode, train_tokenizer
+from loopscope.base import paths
+from loopscope.weights.corpus import check_source
+from loopscope.weights.data import Corpus, write_prepared
+from loopscope.weights.params import SECTIONS, load
+from loopscope.weights.tokenizer import document_pieces, encode, train_tokenizer
+
+READS = ("data.dir", "data.val_fraction", "data.hub", "data.hub_config", "data.hub_documents",
+         "tokenizer.kind", "tokenizer.vocab_size", "tokenizer.min_frequency")
 
 
 def main() -> None:
-    params = load_params()
+    params = load(READS, SECTIONS)
     data, kind = params.data, params.tokenizer.kind
     data_dir = Path(data.dir)
     check_source(data_dir, data)  # the corpus there is the one params.yaml names
@@ -41,4 +43,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage="prepare")
+    main()

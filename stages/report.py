@@ -1,23 +1,28 @@
-"""Stage report@<name>: execute reports/<name>.ipynb over this run's metrics -> HTML."""
+"""Stage report_<name>: execute reports/<name>.ipynb over this run's metrics -> HTML."""
 
 import sys
 
-from loopscope import paths
-from loopscope.config import load_cell
-from loopscope.params import load_params
-from loopscope.report import render
-from loopscope.stage import run
+from loopscope.base import paths
+from loopscope.render.params import load
+from loopscope.render.report import render
+from loopscope.weights.config import load_cell
+
+# The keys each report reads: paper A's reports show their verdicts' margin and resamples
+READS = {"blind_spot": ("cells", "policies.cells", "report.timeout_s", "claims.margin_nats",
+                        "diagnose.bootstrap"),
+         "convergence": ("cells", "policies.cells", "report.timeout_s"),
+         "index": ("cells", "policies.cells", "report.timeout_s", "claims.margin_nats",
+                   "diagnose.bootstrap")}
 
 
-def main() -> None:
-    name = sys.argv[1]
-    params = load_params()
+def main(name: str) -> None:
+    params = load(READS[name])
     configs = [load_cell(paths.config_file(c)) for c in params.cells]
     notebook = {"cells": list(params.cells),  # the seeds every cell's runs used
                 "seeds": sorted({s for c in configs for s in c.seeds}),
                 "policy_cells": list(params.policies.cells)}
     if name != "convergence":  # paper A's verdicts: their margin and resamples
-        notebook.update(margin_nats=params.diagnose.margin_nats,
+        notebook.update(margin_nats=params.claims.margin_nats,
                         bootstrap=params.diagnose.bootstrap)
     render(paths.report_template(name), paths.report_html(name), notebook,
            params.report.timeout_s)
@@ -25,4 +30,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage=f"report_{sys.argv[1]}")
+    main(sys.argv[1])

@@ -2,23 +2,24 @@
 diagnose.timing_windows validation windows (spread over the split), all cells timed in this one
 process, interleaved over diagnose.timing_repeats rounds, median; and forward FLOPs per
 token beside it (the frontier's cost axis). Each cell is timed in the precision it
-trained in (bf16 autocast or fp32: loopscope.compute), which its metrics name.
+trained in (bf16 autocast or fp32: loopscope.weights.compute), which its metrics name.
 
 Writes metrics/throughput/<cell>.json. A timing (it varies from run to run), so it is
 kept apart from the reproducible metrics; the first seed's model of each cell is timed
 (every seed has the same architecture, so the same cost).
 """
 
-from loopscope import paths
-from loopscope.diagnostics import Timed, throughput
-from loopscope.outputs import write_json
-from loopscope.params import load_params
-from loopscope.runs import trained_runs
-from loopscope.stage import run
+from loopscope.base import paths
+from loopscope.base.files import write_json
+from loopscope.measure.params import load
+from loopscope.measure.runs import trained_runs
+from loopscope.measure.throughput import Timed, throughput
+
+READS = ("cells", "diagnose.timing_windows", "diagnose.timing_repeats", "diagnose.batch_size")
 
 
 def main() -> None:
-    params = load_params()
+    params = load(READS)
     jobs, flops, precision = {}, {}, {}
     for name in params.cells:
         r = next(trained_runs(name, params.diagnose.timing_windows, "diagnose.timing_windows"))
@@ -39,4 +40,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage="throughput")
+    main()

@@ -1,40 +1,46 @@
-"""Stage train@<cell>: train one cell, once per seed, into models/<cell>/seed<N>.pt.
+"""Stage train@<cell>: train one cell, once per seed.
 
-Logs go to DVCLive (dvclive/<cell>/, each run's metrics under seed<N>/);
-metrics/train/<cell>.json summarizes the runs, and metrics/train_timings/<cell>.json
-holds their wall times, apart, so the same params give byte-identical model files and
-metrics (and nothing downstream of a retrained cell reruns when its weights did not
-change). While a run trains, a resume checkpoint is kept in
-checkpoints/<cell>/seed<N>/last.pt. It is not a DVC output (DVC deletes outputs before
+    python stages/train.py --config configs/<cell>.json --prepared prepared
+        --model models/<cell>/seed{seed}.pt --resume checkpoints/<cell>/seed{seed}/last.pt
+        --live dvclive/<cell> --metrics metrics/train/<cell>.json
+        --timings metrics/train_timings/<cell>.json
+
+Every path comes from dvc.yaml's cmd (tests/test_layout.py checks them against
+loopscope.base.paths), so this script and the code it runs hold no layout: training
+depends on what sets the weights alone (loopscope.weights), and editing where a report
+goes, an error message elsewhere or a memory estimate retrains nothing. The checks
+before compute is spent (memory, disk) run in the configure stage, on every `dvc repro`.
+
+Logs go to DVCLive (--live, each run's metrics under the model file's name, seed<N>);
+--metrics summarizes the runs, and --timings holds their wall times, apart, so the same
+params give byte-identical model files and metrics (and nothing downstream of a
+retrained cell reruns when its weights did not change). While a run trains, a resume
+checkpoint is kept at --resume. It is not a DVC output (DVC deletes outputs before
 rerunning a stage), so after a kill `dvc repro` continues from it; it is deleted once
 the run's outputs are in place.
 
 With train.processes > 1 the stage starts itself again under torchrun (one node, that
 many processes, DDP); across nodes, start it with torchrun yourself (docs/scaling.md).
 Only rank 0 writes logs, checkpoints and metrics.
-
-Before the first step (and before torchrun starts) the stage refuses a run that will not
-fit: memory against loopscope.memory's estimate, disk against the model files and the
-resume checkpoint.
 """
 
+import argparse
 import contextlib
 import os
 import sys
+from pathlib import Path
 from statistics import mean
 
 import torch
 import torch.distributed as dist
 from dvclive import Live
 
-from loopscope import compute, memory, paths
-from loopscope.checkpoint import discard_resume, model_file_bytes, resume_file_bytes, save_model
-from loopscope.config import CellConfig, load_cell
-from loopscope.data import check_context, load_meta, load_tokens
-from loopscope.errors import require_disk
-from loopscope.outputs import write_json
-from loopscope.stage import run
-from loopscope.train import init_distributed, train_cell, world
+from loopscope.base.files import write_json
+from loopscope.weights import compute
+from loopscope.weights.checkpoint import discard_resume, save_model
+from loopscope.weights.config import load_cell
+from loopscope.weights.data import check_context, load_meta, load_tokens
+from loopscope.weights.train import init_distributed, train_cell, world
 
 
 class RunLog:
@@ -59,58 +65,60 @@ class RunLog:
         self.live.next_step()
 
 
-def check_disk(cell: CellConfig) -> None:
-    """Room for what training writes: a model file per seed, and a resume checkpoint,
-    twice (the previous one stays until the next is in place)."""
-    n = memory.num_params(cell.model)
-    require_disk({paths.model_dir(cell.cell): len(cell.seeds) * model_file_bytes(n),
-                  paths.CHECKPOINTS / cell.cell: 2 * resume_file_bytes(n, cell.train.processes)},
-                 "Free disk space (or train a smaller model: model.d_model, model.n_core), "
-                 "then rerun `dvc repro`. Nothing was trained.")
+def arguments(argv: list[str]) -> argparse.Namespace:
+    """The files the stage reads and writes; {seed} in --model and --resume is a run's
+    seed."""
+    parser = argparse.ArgumentParser(description="train one cell, once per seed")
+    for name in ("config", "prepared", "model", "resume", "live", "metrics", "timings"):
+        parser.add_argument(f"--{name}", required=True)
+    return parser.parse_args(argv)
 
 
-def main() -> None:
-    name = sys.argv[1]
-    cell = load_cell(paths.config_file(name))  # configure validated params.yaml
-    check_context(load_meta(paths.PREPARED), cell.model.context)  # before any step
-    run_on = compute.resolve(cell.train)  # a missing GPU fails here, before torchrun starts
-    memory.check_training(cell, run_on.device)  # and memory, and disk
-    check_disk(cell)
+def main(argv: list[str]) -> None:
+    args = arguments(argv)
+    cell = load_cell(args.config)  # configure validated params.yaml and checked room
+    prepared = Path(args.prepared)
+    check_context(load_meta(prepared), cell.model.context)  # before any step
+    compute.resolve(cell.train)  # a missing GPU fails here, before torchrun starts
     if cell.train.processes > 1 and "LOCAL_RANK" not in os.environ:
-        args = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc-per-node={cell.train.processes}", __file__, name]
-        print(f"train {name}: starting {cell.train.processes} processes (torchrun)", flush=True)
-        os.execv(sys.executable, args)
+        stage = os.environ.get("LOOPSCOPE_STAGE")  # the stage runner's, to run each rank
+        script = ["-m", "loopscope.stage", stage, __file__] if stage else [__file__]
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={cell.train.processes}", *script, *argv]
+        print(f"train {cell.cell}: starting {cell.train.processes} processes (torchrun)",
+              flush=True)
+        os.execv(sys.executable, command)
     init_distributed(cell.train)
-    memory.tune_heap("train")
+    compute.tune_heap("train")
     rank = world()[0]
-    tokens = torch.from_numpy(load_tokens(paths.PREPARED, "train"))
+    tokens = torch.from_numpy(load_tokens(prepared, "train"))
     runs, timings = {}, {}
-    live_log = (Live(dir=str(paths.dvclive_dir(name)), dvcyaml=None, save_dvc_exp=False)
+    live_log = (Live(dir=args.live, dvcyaml=None, save_dvc_exp=False)
                 if rank == 0 else contextlib.nullcontext())
     with live_log as live:
         for seed in cell.seeds:
-            tag = paths.seed_tag(seed)
+            model_file = Path(args.model.format(seed=seed))
+            resume = Path(args.resume.format(seed=seed))
             run_cell = cell.for_seed(seed)
-            resume = paths.resume_file(name, seed)
-            model, summary = train_cell(run_cell, tokens, live and RunLog(live, tag), resume)
-            timings[tag] = summary.pop("timings")  # not in the model file: a timing
+            model, summary = train_cell(run_cell, tokens,
+                                        live and RunLog(live, model_file.stem), resume)
+            timings[model_file.stem] = summary.pop("timings")  # not in the model file
             if rank == 0:
-                save_model(paths.model_file(name, seed), model, run_cell, {"summary": summary})
+                save_model(model_file, model, run_cell, {"summary": summary})
                 discard_resume(resume)
-            runs[tag] = {k: v for k, v in summary.items() if k != "config"}
+            runs[model_file.stem] = {k: v for k, v in summary.items() if k != "config"}
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
     if rank != 0:
         return
-    write_json(paths.metrics_file("train", name), {
+    write_json(args.metrics, {
         "final_loss": mean(r["final_loss"] for r in runs.values()),
         "params": next(iter(runs.values()))["params"],
         "seeds": len(runs),
         "runs": runs,
     })
-    write_json(paths.metrics_file(paths.TRAIN_TIMINGS, name), {
+    write_json(args.timings, {
         "train_seconds": round(sum(t["train_seconds"] for t in timings.values()), 2),
         "tokens_per_second": round(mean(t["tokens_per_second"] for t in timings.values()), 1),
         "runs": timings,
@@ -118,4 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run(main, stage=f"train@{sys.argv[1]}")
+    main(sys.argv[1:])

@@ -9,16 +9,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from micro import reproduce
+from micro import ROOT, reproduce
 
-from loopscope.config import CellConfig, TrainConfig
-from loopscope.model import LoopedLM, ModelConfig
-from loopscope.policies import Policy
+from loopscope import stage
+from loopscope.measure.exits import Policy
+from loopscope.weights.config import CellConfig, TrainConfig
+from loopscope.weights.model import LoopedLM, ModelConfig
 
 # Paper A's looped LM at toy size, and paper B's backbone around the same core.
 TINY = ModelConfig(vocab_size=64, context=16, d_model=32, n_heads=4, n_core=1, loops=3)
 BACKBONE = dataclasses.replace(TINY, n_prelude=1, n_coda=1, loops=4, block="sandwich",
                                inject="concat_adapter", state_init="noise")
+
+
+def run_stage(script: str, *args: str) -> None:
+    """A stage script run as dvc.yaml runs it, through the stage runner (untimed): an
+    expected error ends it with SystemExit("error: ...")."""
+    stage.main(["--untimed", script, str(ROOT / "stages" / f"{script}.py"), *args])
 
 
 def tiny_model(**overrides) -> LoopedLM:

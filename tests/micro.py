@@ -27,14 +27,14 @@ def sh_env() -> dict[str, str]:
 
 
 def sh(cmd: list[str], cwd: Path, check: bool = True, timeout: float | None = None,
-       tries: int = 1) -> subprocess.CompletedProcess:
+       tries: int = 1, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run cmd in cwd. timeout and tries are for read-only queries: `dvc plots diff` of
     two experiments once deadlocked (two threads in a futex wait, 8 minutes, under a
     loaded CPU) and ran in 4 s when rerun, so such a query is retried, not waited on."""
     for attempt in range(tries):
         try:
-            result = subprocess.run(cmd, cwd=cwd, env=sh_env(), capture_output=True,
-                                    text=True, timeout=timeout)
+            result = subprocess.run(cmd, cwd=cwd, env={**sh_env(), **(env or {})},
+                                    capture_output=True, text=True, timeout=timeout)
             break
         except subprocess.TimeoutExpired:
             if attempt == tries - 1:
@@ -69,13 +69,20 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
+def params_read(repo: Path) -> Path:
+    """Where the from-scratch run records the params keys each stage read: a file per
+    stage (loopscope.weights.params.RECORD_ENV), beside the repository."""
+    return repo.parent / "params_read"
+
+
 def reproduce(dest: Path) -> Path:
-    """copy_repo with SEEDS, committed, then `dvc repro` from scratch: every stage run."""
+    """copy_repo with SEEDS, committed, then `dvc repro` from scratch: every stage run,
+    each recording the params keys it read (params_read)."""
     repo = copy_repo(dest)
-    with open(repo / "params.yaml", "a") as f:
-        f.write(f"seeds: {SEEDS}\n")
+    params = repo / "params.yaml"
+    params.write_text(params.read_text().replace("seeds: []\n", f"seeds: {SEEDS}\n"))
     sh(["git", "commit", "-qam", "two seeds"], repo)
-    sh(["dvc", "repro"], repo)
+    sh(["dvc", "repro"], repo, env={"LOOPSCOPE_PARAMS_READ": str(params_read(repo))})
     return repo
 
 

@@ -1,17 +1,19 @@
-"""What the benchmarks share: `python -m loopscope.bench` hands each benchmark the
+"""What the benchmarks share: `python -m loopscope.tools.bench` hands each benchmark the
 options after its name, unchanged, with the options and defaults docs/benchmarks.md
 documents; and the interleaved rounds every timing is a median over."""
 
 import pytest
 
-from loopscope import bench, bench_exits, bench_train, paths
-from loopscope.rounds import interleaved_rounds
+from loopscope.base import paths
+from loopscope.measure.rounds import interleaved_rounds
+from loopscope.tools import bench, bench_train
 
 
-@pytest.mark.parametrize("name, module", [("exits", bench_exits), ("train", bench_train)])
-def test_each_benchmark_gets_the_options_after_its_name(name, module, monkeypatch):
+@pytest.mark.parametrize("name, module, entry", [("exits", bench, "exits"),
+                                                 ("train", bench_train, "main")])
+def test_each_benchmark_gets_the_options_after_its_name(name, module, entry, monkeypatch):
     got = []
-    monkeypatch.setattr(module, "main", lambda argv, prog: got.append((argv, prog)))
+    monkeypatch.setattr(module, entry, lambda argv, prog: got.append((argv, prog)))
     bench.main([name, "--repeats", "3", "--out", "x.json"])
     bench.main([name])
     assert [argv for argv, _ in got] == [["--repeats", "3", "--out", "x.json"], []]
@@ -27,7 +29,7 @@ def test_a_benchmark_help_lists_its_own_options(capsys):
 
 
 def test_the_options_and_their_defaults_are_the_documented_ones():
-    exits = vars(bench_exits.parser().parse_args([]))
+    exits = vars(bench.exits_parser().parse_args([]))
     assert exits == {"cell": None, "repeats": None, "out": str(paths.bench_file("exits"))}
     train = vars(bench_train.parser().parse_args([]))
     assert train == {"cells": None, "steps": 10, "repeats": 5, "precisions": None,

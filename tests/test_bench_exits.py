@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import BACKBONE
 
-from loopscope.bench_exits import decoding, exits, matched_policies, scoring
-from loopscope.errors import ParamsError
-from loopscope.model import LoopedLM
-from loopscope.params import load_params
-from loopscope.policies import make
-from loopscope.runs import Windows
+from loopscope.base.errors import ParamsError
+from loopscope.measure.bench_exits import READS, decoding, exits, matched_policies, scoring
+from loopscope.measure.exits import make
+from loopscope.measure.params import load
+from loopscope.measure.runs import Windows
+from loopscope.weights.model import LoopedLM
 
 MICRO = Path(__file__).parent / "micro_params.yaml"
 
@@ -67,7 +67,7 @@ def test_when_the_baseline_is_depth_r_one_uniform_job_serves_both():
 def test_exit_benchmark_refuses_fewer_than_3_rounds():
     with pytest.raises(ParamsError, match=r"--repeats is 2; every mode is a median over at "
                                           r"least 3 interleaved rounds"):
-        exits(load_params(MICRO), "backbone", repeats=2)
+        exits(load(READS, MICRO), "backbone", {}, repeats=2)
 
 
 def test_only_rules_that_exit_before_the_cap_are_timed():

@@ -10,11 +10,12 @@ import pytest
 import torch
 from conftest import TINY
 
-from loopscope.bench_train import TorchBaseline, step_flops, train
-from loopscope.depth import sampler
-from loopscope.errors import ParamsError
-from loopscope.model import LoopedLM
-from loopscope.params import load_params, resolve_cell
+from loopscope.base.errors import ParamsError
+from loopscope.params import load_params
+from loopscope.tools.bench_train import TorchBaseline, step_flops, train
+from loopscope.weights.depth import sampler
+from loopscope.weights.model import LoopedLM
+from loopscope.weights.resolve import resolve_cell
 
 MICRO = Path(__file__).parent / "micro_params.yaml"
 

@@ -6,22 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loopscope.paper_a import CellA, GroupA, _on_each_seed, init_effect, paper_a_claims
-from loopscope.paper_b import paper_b_claims
-from loopscope.stats import (
-    Claim,
-    Documents,
-    Interval,
-    all_of,
-    at_least,
-    bootstrap,
-    bootstrap_mean,
-    effect,
-    negligible,
-    table,
-    widened,
-)
-from loopscope.units import FEWEST_UNITS
+from loopscope.judge.group_a import CellA, GroupA, on_each_seed
+from loopscope.judge.paper_a import init_effect, paper_a_claims
+from loopscope.judge.paper_b import paper_b_claims
+from loopscope.judge.verdicts import Claim, all_of, at_least, effect, negligible, table, widened
+from loopscope.measure.intervals import Documents, Interval, bootstrap, bootstrap_mean
+from loopscope.measure.units import FEWEST_UNITS
 
 
 def iv(value, lo=None, hi=None):
@@ -658,7 +648,7 @@ def test_two_seeds_decide_only_where_each_seed_alone_agrees():
         return Claim("drifts", "", "", "", "holds" if ok else "contradicted")
 
     found = Claim("drifts", "", "", "pooled", "holds")
-    _on_each_seed(found, judge, cells, {"perloop_normed"}, Documents(np.arange(DOCS), 50),
+    on_each_seed(found, judge, cells, {"perloop_normed"}, Documents(np.arange(DOCS), 50),
                   0.01, "ours")
     assert found.verdict == "inconclusive"
     assert "not on each seed alone (holds/contradicted)" in found.value

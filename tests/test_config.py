@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopscope.config import CellConfig
-from loopscope.depth import SAMPLERS
-from loopscope.params import CHOICES, ParamsError, load_params, parse_params, resolve_cell
+from loopscope.base.errors import ParamsError
+from loopscope.params import CHOICES, load_params, parse_params
+from loopscope.weights.config import CellConfig
+from loopscope.weights.depth import SAMPLERS
+from loopscope.weights.resolve import resolve_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())

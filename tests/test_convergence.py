@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from loopscope.convergence import (
+from loopscope.base.errors import DataError
+from loopscope.judge.paper_b import paper_b_claims
+from loopscope.measure.convergence import (
     RunConvergence,
-    Trajectory,
     cell_metrics,
     cell_table,
     convergence_loop,
@@ -16,13 +17,12 @@ from loopscope.convergence import (
     headline,
     summarize,
 )
-from loopscope.data import document_ids
-from loopscope.errors import DataError
-from loopscope.paper_b import paper_b_claims
-from loopscope.params import ConvergenceConfig
-from loopscope.policies import PolicyResult
-from loopscope.runs import document_window_sets
-from loopscope.token_types import TOKEN_TYPES
+from loopscope.measure.masked import PolicyResult
+from loopscope.measure.params import ConvergenceConfig
+from loopscope.measure.runs import document_window_sets
+from loopscope.measure.token_types import TOKEN_TYPES
+from loopscope.measure.trajectories import Trajectory
+from loopscope.weights.data import document_ids
 
 
 def test_the_two_convergence_definitions_differ_on_a_token_that_moves_again():
@@ -161,8 +161,8 @@ def test_window_sets_that_run_short_name_the_param():
 
 
 def test_the_training_mean_follows_the_depth_convention():
-    from loopscope.config import TrainConfig
-    from loopscope.convergence import training_mean
+    from loopscope.measure.convergence import training_mean
+    from loopscope.weights.config import TrainConfig
 
     assert training_mean(TrainConfig(depth="lognormal", depth_mean="loops"), 8) == 8
     assert training_mean(TrainConfig(depth="lognormal", depth_mean="loops_plus_one"), 8) == 9

@@ -12,16 +12,16 @@ import datasets
 import pytest
 import yaml
 
-from loopscope import corpus
-from loopscope.corpus import (
+from loopscope.weights import corpus
+from loopscope.weights.corpus import (
     CorpusError,
     check_source,
     extract_texts,
     materialize,
     write_hub_splits,
 )
-from loopscope.data import paragraphs
-from loopscope.params import DataConfig
+from loopscope.weights.data import paragraphs
+from loopscope.weights.params import DataConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,7 +163,7 @@ def test_hub_dataset_without_network_says_what_to_do(tmp_path):
     params = params_file(tmp_path / "p.yaml", hub="no-such-org/no-such-dataset",
                          hub_config="raw", dir=str(tmp_path / "data"))
     result = subprocess.run(
-        [sys.executable, "-m", "loopscope.corpus", "--params", str(params)],
+        [sys.executable, "-m", "loopscope.weights.corpus", "--params", str(params)],
         env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "could not load the hub dataset 'no-such-org/no-such-dataset' (config 'raw')" \
@@ -174,7 +174,7 @@ def test_hub_dataset_without_network_says_what_to_do(tmp_path):
 
 def test_bad_params_stop_the_fetch(tmp_path):
     params = params_file(tmp_path / "p.yaml", hub_documents=-1)
-    result = subprocess.run([sys.executable, "-m", "loopscope.corpus", "--params", str(params)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "loopscope.weights.corpus", "--params",
+                             str(params)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "'data.hub_documents' is -1" in result.stderr

@@ -1,16 +1,17 @@
 """Corpus reading, tokenization, token files and their corruption checks."""
 
 import json
-import runpy
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import run_stage
 
-from loopscope import tokenizer
-from loopscope.data import (
+from loopscope.base.errors import DataError
+from loopscope.weights import tokenizer
+from loopscope.weights.data import (
     Batches,
     Corpus,
     corpus_paths,
@@ -21,8 +22,7 @@ from loopscope.data import (
     windows_at,
     write_prepared,
 )
-from loopscope.errors import DataError
-from loopscope.tokenizer import EOS, document_pieces, encode, pieces, train_tokenizer
+from loopscope.weights.tokenizer import EOS, document_pieces, encode, pieces, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "".join(f"Line {i}: to be, or not to be, that is the question.\n" for i in range(200))
@@ -179,8 +179,7 @@ def prepare(tmp_path: Path, monkeypatch, files: dict[str, str], **sections) -> d
     for name, text in files.items():
         (tmp_path / "data" / name).write_text(text)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("sys.argv", ["prepare.py"])
-    runpy.run_path(str(ROOT / "stages" / "prepare.py"), run_name="__main__")
+    run_stage("prepare")
     return json.loads((tmp_path / "prepared" / "meta.json").read_text())
 
 

@@ -10,19 +10,22 @@ import torch
 from conftest import TINY
 from conftest import tiny_model as model
 
-from loopscope.diagnostics import (
+from loopscope.base.errors import DataError
+from loopscope.measure.clamp import (
     CLAMP_MODES,
     Clamped,
-    Timed,
-    angular_step,
     clamp_headline,
     clamp_hook,
     clamp_metrics,
     clamp_run,
     clamped_ce,
+    unclamped_ce,
+)
+from loopscope.measure.extract import load_extract, write_extract
+from loopscope.measure.sweep import (
+    angular_step,
     diagnose_headline,
     lemma2_slope,
-    load_extract,
     measure,
     norm_stats,
     pool_runs,
@@ -30,13 +33,10 @@ from loopscope.diagnostics import (
     summarize,
     summarize_runs,
     sweep_means,
-    throughput,
-    unclamped_ce,
-    write_extract,
 )
-from loopscope.errors import DataError
-from loopscope.model import LoopedLM, loop_ce
-from loopscope.units import Units
+from loopscope.measure.throughput import Timed, throughput
+from loopscope.measure.units import Units
+from loopscope.weights.model import LoopedLM, loop_ce
 
 
 def data(n: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,13 +216,29 @@ def test_throughput_interleaves_cells_within_each_round():
     calls = []
 
     class Recorder(torch.nn.Module):
+        """The model through the looped-model interface, noting the loops of each pass."""
+
         def __init__(self, name: str, inner: torch.nn.Module) -> None:
             super().__init__()
-            self.name, self.inner, self.cfg = name, inner, inner.cfg
+            self.name, self.inner, self.steps = name, inner, 0
 
-        def forward(self, x, loops, read, h0=None):
-            calls.append((self.name, loops))
-            return self.inner(x, loops=loops, read=read, h0=h0)
+        def inputs(self, x):
+            self.steps = 0
+            return self.inner.inputs(x)
+
+        def initial_state(self, e, generator=None):
+            return self.inner.initial_state(e, generator)
+
+        def carry(self, h, first=False):
+            return self.inner.carry(h, first)
+
+        def step(self, h, e, kvs=None):
+            self.steps += 1
+            return self.inner.step(h, e, kvs)
+
+        def read(self, h, last):
+            calls.append((self.name, self.steps))
+            return self.inner.read(h, last)
 
     x, _ = data(4)
     jobs = {n: Timed(Recorder(n, model()), x, 2) for n in ("a", "b")}

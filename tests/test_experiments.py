@@ -8,9 +8,10 @@ import subprocess
 import pytest
 import yaml
 
-from loopscope import paths
-from loopscope.errors import DataError, ParamsError
-from loopscope.experiments import (
+from loopscope.base import paths
+from loopscope.base.errors import DataError, ParamsError
+from loopscope.base.files import write_json
+from loopscope.judge.experiments import (
     changed_params,
     flips,
     record,
@@ -18,7 +19,6 @@ from loopscope.experiments import (
     run_counts,
     verdict_columns,
 )
-from loopscope.outputs import write_json
 
 
 def rows(*verdicts: str, recipe: str = "ours (init gpt2)") -> list[dict]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from loopscope.figures import (
+from loopscope.render.figures import (
     TickLabelOverlap,
     cell_palette,
     check_tick_labels,

@@ -29,7 +29,7 @@ from conftest import BACKBONE, TINY
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from loopscope.model import LoopedLM, ModelConfig, cost
+from loopscope.weights.model import LoopedLM, ModelConfig, cost
 
 MATMUL = {torch.ops.aten.mm, torch.ops.aten.addmm}  # nn.Linear on (B, T, d)
 ATTENTION = {torch.ops.aten.bmm, torch.ops.aten.baddbmm}  # math attention's two products

@@ -1,6 +1,20 @@
-"""dvc.yaml against the code: every stage depends on exactly the loopscope modules it
-runs (so an edit can never leave results that `dvc status` calls up to date), and the
-paths it declares are the ones loopscope.paths writes."""
+"""The layout against the code: folders are rerun reasons.
+
+dvc.yaml reruns a stage when a file it depends on changes, so every stage depends on
+exactly the loopscope modules it runs and the params keys it reads, and the packages
+say why a stage reruns (docs/architecture.md):
+
+    base < weights < preflight < measure < judge < render < tools
+
+- a module imports from its own package and those below it, never above;
+- training runs only what sets the weights (and base's error kinds and file writes): no
+  pre-flight check, memory estimate, message, path or timing record;
+- no measuring stage runs a judge, a renderer or a tool, nor base's readers and timings
+  (their messages): rewording one reruns no measurement;
+- the judges import no torch;
+- no stage depends on the stage runner (loopscope.stage), which wraps them from outside.
+Each rule has a test that shows it can fail.
+"""
 
 import ast
 import json
@@ -10,26 +24,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopscope import paths
+from loopscope.base import paths
+from loopscope.weights.checkpoint import closure as module_closure
+from loopscope.weights.checkpoint import imports
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "loopscope"
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-
-
-def imported_modules(tree: ast.AST) -> set[str]:
-    """loopscope modules a syntax tree imports, anywhere (also inside functions)."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            parts = node.module.split(".")
-            if parts[0] != "loopscope":
-                continue
-            found |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names
-                      if a.name.startswith("loopscope.")}
-    return {m for m in found if (PKG / f"{m}.py").is_file()}
+FLOORS = ("base", "weights", "preflight", "measure", "judge", "render", "tools")
+# Top-level modules: the runner (base and preflight only, no stage depends on it) and the
+# whole params file (configure and the tools; it gathers every package's sections).
+TOP = {"stage": "preflight", "params": "render"}
+MEASURING = ("extract", "diagnose", "throughput", "convergence", "policies", "bench_exits")
+# base's modules whose messages the measuring stages must not depend on
+READERS = {"base/outputs.py", "base/timings.py"}
+TRAINING_BASE = {"base/errors.py", "base/files.py"}  # no message, no path, no layout
 
 
 def source_tree(path: Path) -> ast.AST:
@@ -37,20 +46,12 @@ def source_tree(path: Path) -> ast.AST:
     if path.suffix != ".ipynb":
         return ast.parse(path.read_text())
     cells = json.loads(path.read_text())["cells"]
-    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    return ast.parse(code)
+    return ast.parse("\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code"))
 
 
-def closure(entry: Path) -> set[str]:
-    """Every loopscope module the entry file runs, following imports transitively."""
-    seen: set[str] = set()
-    todo = list(imported_modules(source_tree(entry)))
-    while todo:
-        mod = todo.pop()
-        if mod not in seen:
-            seen.add(mod)
-            todo += imported_modules(source_tree(PKG / f"{mod}.py"))
-    return seen
+def closure(*entries: Path) -> set[str]:
+    """Every loopscope source file the entry files run, relative to src/loopscope."""
+    return {str(p.relative_to(PKG)) for p in module_closure([source_tree(e) for e in entries])}
 
 
 def instances() -> list[tuple[str, dict]]:
@@ -62,12 +63,9 @@ def instances() -> list[tuple[str, dict]]:
         if "foreach" not in stage:
             out.append((name, stage))
             continue
-        items = stage["foreach"]
-        if isinstance(items, str):  # ${cells}, ${policies.cells}
-            for key in items.strip("${}").split("."):
-                params = params[key]
-            items = params
-            params = yaml.safe_load((ROOT / "params.yaml").read_text())
+        items = params
+        for key in stage["foreach"].strip("${}").split("."):  # ${cells}, ${policies.cells}
+            items = items[key]
         for item in items:
             text = yaml.safe_dump(stage["do"]).replace("${key}", item).replace("${item}", item)
             out.append((f"{name}@{item}", yaml.safe_load(text)))
@@ -82,27 +80,37 @@ def entries(stage: dict) -> list[Path]:
     return found
 
 
-def listed_modules(stage: dict) -> set[str]:
-    return {Path(d).stem for d in stage.get("deps", [])
+def listed(stage: dict) -> set[str]:
+    return {d.removeprefix("src/loopscope/") for d in stage.get("deps", [])
             if str(d).startswith("src/loopscope/") and str(d).endswith(".py")}
 
 
 STAGES = instances()
+BY_NAME = dict(STAGES)
 
 
-def test_the_package_init_holds_no_code():
-    """No stage lists src/loopscope/__init__.py: it must stay a docstring alone."""
-    body = ast.parse((PKG / "__init__.py").read_text()).body
-    assert all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+def kind(name: str) -> str:
+    return name.split("@")[0]
+
+
+# ------------------------------------------------------------------ deps = imports
+
+
+def test_every_package_init_holds_no_code():
+    """No stage lists a package's __init__.py: each must stay a docstring alone."""
+    for init in PKG.rglob("__init__.py"):
+        body = ast.parse(init.read_text()).body
+        assert all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                   for n in body), init
 
 
 @pytest.mark.parametrize("name, stage", STAGES, ids=[n for n, _ in STAGES])
 def test_stage_deps_are_exactly_the_modules_it_runs(name, stage):
-    runs = set().union(*(closure(e) for e in entries(stage))) if entries(stage) else set()
-    listed = listed_modules(stage)
-    assert not runs - listed, f"{name}: dvc.yaml misses deps on {sorted(runs - listed)}"
-    assert not listed - runs, f"{name}: dvc.yaml lists modules it never imports: " \
-                              f"{sorted(listed - runs)}"
+    runs = closure(*entries(stage))
+    missing = sorted(runs - listed(stage))
+    assert not missing, f"{name}: dvc.yaml misses deps on {missing}"
+    assert not listed(stage) - runs, f"{name}: dvc.yaml lists modules it never imports: " \
+                                     f"{sorted(listed(stage) - runs)}"
     for entry in entries(stage):
         assert str(entry.relative_to(ROOT)) in stage["deps"], f"{name}: {entry} not a dep"
 
@@ -110,46 +118,180 @@ def test_stage_deps_are_exactly_the_modules_it_runs(name, stage):
 def test_the_check_fails_when_a_dependency_is_deleted():
     """The test above can fail: drop one module from a stage's deps and it sees it."""
     name, stage = next((n, s) for n, s in STAGES if n.startswith("diagnose@"))
-    crippled = {**stage, "deps": [d for d in stage["deps"] if d != "src/loopscope/data.py"]}
-    runs = set().union(*(closure(e) for e in entries(crippled)))
-    assert "data" in runs - listed_modules(crippled)
+    crippled = {**stage, "deps": [d for d in stage["deps"]
+                                  if d != "src/loopscope/weights/data.py"]}
+    assert "weights/data.py" in closure(*entries(crippled)) - listed(crippled)
 
 
-# The claims modules, and the stages that may import them: everything else measures, and
-# a measurement must not rerun because a claim was reworded.
-CLAIMS_MODULES = {"claims", "paper_a", "paper_b"}
-JUDGING_STAGES = {"claims", "report_blind_spot", "report_convergence", "report_index"}
+# ------------------------------------------------------------------- the floors
 
 
-def claims_imported(name: str, files: list[Path]) -> set[str]:
-    """The claims modules that stage `name`, executing `files`, runs but may not."""
-    if name.split("@")[0] in JUDGING_STAGES:
-        return set()
-    return set().union(*(closure(f) for f in files)) & CLAIMS_MODULES
+def floor(rel: str) -> str:
+    """The package of a source file relative to src/loopscope ("measure/sweep.py")."""
+    top = rel.split("/")[0]
+    return TOP[top.removesuffix(".py")] if top.endswith(".py") else top
+
+
+def climbs(rel: str, pkg: Path = PKG) -> list[str]:
+    """The modules a source file (in package folder pkg) imports from a package above
+    its own."""
+    mine = FLOORS.index(floor(rel))
+    found = []
+    for module in imports(ast.parse((pkg / rel).read_text())):
+        target = module.removeprefix("loopscope.").replace(".", "/")
+        target = target + ".py" if (pkg / f"{target}.py").is_file() else target + "/__init__.py"
+        if FLOORS.index(floor(target)) > mine:
+            found.append(module)
+    return found
+
+
+SOURCES = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+                 if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("rel", SOURCES)
+def test_no_module_imports_from_a_package_above_its_own(rel):
+    assert not climbs(rel), f"{rel} ({floor(rel)}) imports {climbs(rel)} from above"
+
+
+def test_the_floor_check_fails_on_a_module_that_climbs(tmp_path):
+    """The test above can fail: a weights module that imports a judge is caught."""
+    fake = tmp_path / "loopscope"
+    (fake / "weights").mkdir(parents=True)
+    (fake / "judge").mkdir()
+    (fake / "judge" / "verdicts.py").write_text("")
+    (fake / "weights" / "model.py").write_text("from loopscope.judge.verdicts import effect\n")
+    assert climbs("weights/model.py", fake) == ["loopscope.judge.verdicts"]
+
+
+# ------------------------------------------------------------ closures by reason
+
+
+def training_leaks(files: set[str]) -> set[str]:
+    """What a training closure holds beyond what sets the weights."""
+    return {f for f in files if floor(f) != "weights" and f not in TRAINING_BASE}
+
+
+def measuring_leaks(files: set[str]) -> set[str]:
+    """What a measuring closure holds of the judges, renderers, tools or base's readers."""
+    return {f for f in files if floor(f) in ("judge", "render", "tools") or f in READERS
+            or f in ("stage.py", "params.py")}
+
+
+@pytest.mark.parametrize("name, stage", [s for s in STAGES if kind(s[0]) == "train"],
+                         ids=[n for n, _ in STAGES if kind(n) == "train"])
+def test_training_runs_only_what_sets_the_weights(name, stage):
+    """A reworded message, a memory estimate, a path or a timing record retrains
+    nothing: training's closure is weights/ and base's error kinds and file writes."""
+    assert not training_leaks(closure(*entries(stage)))
+
+
+@pytest.mark.parametrize("name, stage", [s for s in STAGES if kind(s[0]) in MEASURING],
+                         ids=[n for n, _ in STAGES if kind(n) in MEASURING])
+def test_no_measuring_stage_runs_a_judge_a_renderer_or_a_reader(name, stage):
+    assert not measuring_leaks(closure(*entries(stage)))
+
+
+def test_the_closure_rules_fail_on_a_leak(tmp_path):
+    """The two tests above can fail: a training script that checks memory, and a
+    measuring one that judges or reads outputs, are caught."""
+    train = tmp_path / "train.py"
+    train.write_text("from loopscope.preflight import memory\n"
+                     "from loopscope.weights import train\n")
+    assert "preflight/memory.py" in training_leaks(closure(train))
+    diagnose = tmp_path / "diagnose.py"
+    diagnose.write_text("from loopscope.judge.verdicts import effect\n")
+    assert "judge/verdicts.py" in measuring_leaks(closure(diagnose))
+    diagnose.write_text("from loopscope.base.outputs import read_metrics\n")
+    assert measuring_leaks(closure(diagnose)) == {"base/outputs.py"}
+
+
+def torch_importers(files: set[str]) -> set[str]:
+    """The files that import torch."""
+    def imports_torch(rel: str) -> bool:
+        for node in ast.walk(ast.parse((PKG / rel).read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "torch" or n.startswith("torch.") for n in names):
+                return True
+        return False
+    return {f for f in files if imports_torch(f)}
+
+
+def test_the_judges_import_no_torch():
+    """The judges read metrics and tables; what they run holds no torch import, so the
+    claims stage starts in a fraction of a second and a judge cannot run a model."""
+    judges = [PKG / rel for rel in SOURCES if floor(rel) == "judge"]
+    found = torch_importers(closure(*judges) | {str(p.relative_to(PKG)) for p in judges})
+    assert not found, f"the judges run torch through {sorted(found)}"
+    assert torch_importers({"weights/model.py"})  # the check sees a torch import
 
 
 @pytest.mark.parametrize("name, stage", STAGES, ids=[n for n, _ in STAGES])
-def test_no_measuring_stage_imports_a_claims_module(name, stage):
-    found = claims_imported(name, entries(stage))
-    assert not found, (f"{name} imports {sorted(found)}: measuring code takes its statistics "
-                       "from loopscope.stats")
-
-
-def test_the_claims_import_check_fails_on_a_measuring_stage_that_imports_one(tmp_path):
-    """The test above can fail: a measuring stage's script that imports paper A's claims
-    is caught, the claims stage running the same script is not."""
-    script = tmp_path / "diagnose.py"
-    script.write_text("from loopscope.paper_a import CellA\n")
-    assert claims_imported("diagnose@backbone", [script]) == {"paper_a"}
-    assert claims_imported("claims", [script]) == set()
+def test_no_stage_depends_on_the_runner(name, stage):
+    """Every stage runs through the runner, from outside its script."""
+    assert stage["cmd"].startswith("python -m loopscope.stage ")
+    assert "stage.py" not in closure(*entries(stage))
 
 
 def test_the_exit_benchmark_stage_runs_no_training_code():
-    """bench_exits times trained models, which it reads as files: neither the training
-    loop nor the training benchmark is among its modules, so editing them does not rerun
-    it."""
-    found = closure(ROOT / "stages" / "bench_exits.py") & {"bench", "bench_train", "train"}
+    """bench_exits times trained models, which it reads as files."""
+    found = closure(ROOT / "stages" / "bench_exits.py") & {
+        "tools/bench.py", "tools/bench_train.py", "weights/train.py"}
     assert not found, f"bench_exits imports {sorted(found)}"
+
+
+# ------------------------------------------------------------------ params per key
+
+
+def declared(stage_name: str, stage: dict) -> tuple[str, ...]:
+    """READS of the stage's script (a report's entry by its name), as a module constant
+    or imported from the library."""
+    script = entries(stage)[0]
+    tree = ast.parse(script.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "READS"
+                                                for t in node.targets):
+            value = ast.literal_eval(node.value)
+            return tuple(value[stage["cmd"].split()[-1]] if isinstance(value, dict) else value)
+        if isinstance(node, ast.ImportFrom) and any(a.name == "READS" for a in node.names):
+            return tuple(__import__(node.module, fromlist=["READS"]).READS)
+    raise AssertionError(f"{script} declares no READS")
+
+
+@pytest.mark.parametrize("name, stage",
+                         [s for s in STAGES if kind(s[0]) not in ("configure", "train")],
+                         ids=[n for n, _ in STAGES if kind(n) not in ("configure", "train")])
+def test_a_stage_lists_exactly_the_params_keys_it_reads(name, stage):
+    """dvc.yaml's params of a stage are its script's READS, the keys its params view
+    lets it read (loopscope.weights.params.load: any other key raises), so a param
+    change reruns exactly the stages that read it. The end-to-end run also records
+    what each stage really read (tests/test_pipeline.py)."""
+    assert list(stage.get("params", [])) == list(declared(name, stage))
+
+
+def test_training_reads_no_params_and_configure_validates_the_whole_file():
+    cell = next(n for n in BY_NAME if kind(n) == "train")
+    assert "params" not in BY_NAME[cell]
+    from loopscope.params import SECTIONS
+    assert set(BY_NAME["configure"]["params"]) == {*SECTIONS, "cells", "seeds"}
+
+
+def test_the_params_check_fails_on_an_undeclared_key():
+    """A stage whose dvc.yaml params lack a key its READS has is caught."""
+    name, stage = next((n, s) for n, s in STAGES if n.startswith("diagnose@"))
+    crippled = {**stage, "params": stage["params"][:-1]}
+    assert list(crippled["params"]) != list(declared(name, crippled))
+
+
+def test_no_claims_parameter_reaches_a_measuring_stage():
+    """The claims' free parameters (claims:) are read by the claims and the reports."""
+    for name, stage in STAGES:
+        if any(str(p).startswith("claims") for p in stage.get("params", [])):
+            assert kind(name) in ("configure", "claims") or kind(name).startswith("report_")
+
+
+# ------------------------------------------------------------------------- paths
 
 
 def outs(stage: dict) -> set[str]:
@@ -160,52 +302,136 @@ def outs(stage: dict) -> set[str]:
     return found
 
 
+def option(cmd: str, name: str) -> str:
+    """The value of --name in a stage's command."""
+    return re.search(rf"--{name} (\S+)", cmd).group(1)
+
+
+def test_the_train_command_names_the_paths_loopscope_paths_puts_them_at():
+    """Training holds no layout: its paths come from dvc.yaml's cmd, these."""
+    cell = next(iter(yaml.safe_load((ROOT / "params.yaml").read_text())["cells"]))
+    stage = BY_NAME[f"train@{cell}"]
+    cmd = stage["cmd"]
+    assert option(cmd, "config") == str(paths.config_file(cell))
+    assert option(cmd, "prepared") == str(paths.PREPARED)
+    assert option(cmd, "model").format(seed=42) == str(paths.model_file(cell, 42))
+    assert option(cmd, "resume").format(seed=42) == str(paths.resume_file(cell, 42))
+    assert option(cmd, "live") == str(paths.dvclive_dir(cell))
+    assert option(cmd, "metrics") == str(paths.metrics_file("train", cell))
+    assert option(cmd, "timings") == str(paths.metrics_file(paths.TRAIN_TIMINGS, cell))
+    assert Path(option(cmd, "model").format(seed=42)).stem == paths.seed_tag(42)
+    assert {str(paths.model_dir(cell)), option(cmd, "metrics"), option(cmd, "timings"),
+            f"{option(cmd, 'live')}/metrics.json"} <= outs(stage)
+    assert option(cmd, "config") in stage["deps"]
+
+
 def test_stage_outputs_are_where_loopscope_paths_puts_them():
     cells = yaml.safe_load((ROOT / "params.yaml").read_text())["cells"]
     cell = next(iter(cells))
-    stages = dict(STAGES)
-    assert str(paths.CONFIGS) in outs(stages["configure"])
-    assert str(paths.PREPARED) in outs(stages["prepare"])
-    assert {str(paths.model_dir(cell)), str(paths.metrics_file("train", cell)),
-            f"{paths.dvclive_dir(cell)}/metrics.json"} <= outs(stages[f"train@{cell}"])
-    assert str(paths.config_file(cell)) in stages[f"train@{cell}"]["deps"]
-    assert str(paths.EXTRACTS / cell) in outs(stages[f"extract@{cell}"])
-    assert str(paths.metrics_file("diagnose", cell)) in outs(stages[f"diagnose@{cell}"])
-    assert str(paths.metrics_file("throughput", cell).parent) in outs(stages["throughput"])
-    assert str(paths.metrics_file("clamp", cell)) in outs(stages[f"diagnose@{cell}"])
-    assert str(paths.HEADLINE) in outs(stages["headline"])
-    assert str(paths.table_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])
-    assert str(paths.metrics_file("convergence", cell)) in outs(stages[f"convergence@{cell}"])
+    assert str(paths.CONFIGS) in outs(BY_NAME["configure"])
+    assert str(paths.PREPARED) in outs(BY_NAME["prepare"])
+    assert str(paths.EXTRACTS / cell) in outs(BY_NAME[f"extract@{cell}"])
+    assert str(paths.metrics_file("diagnose", cell)) in outs(BY_NAME[f"diagnose@{cell}"])
+    assert str(paths.metrics_file("throughput", cell).parent) in outs(BY_NAME["throughput"])
+    assert str(paths.metrics_file("clamp", cell)) in outs(BY_NAME[f"diagnose@{cell}"])
+    assert str(paths.HEADLINE) in outs(BY_NAME["headline"])
+    assert str(paths.CLAIMS) in outs(BY_NAME["claims"])
+    assert str(paths.table_file("convergence", cell)) in outs(BY_NAME[f"convergence@{cell}"])
+    assert str(paths.metrics_file("convergence", cell)) in outs(BY_NAME[f"convergence@{cell}"])
     backbone = yaml.safe_load((ROOT / "params.yaml").read_text())["policies"]["cells"][0]
-    assert str(paths.table_file("policies", backbone)) in outs(stages[f"policies@{backbone}"])
-    assert str(paths.metrics_file("policies", backbone)) in outs(stages[f"policies@{backbone}"])
-    reports = [n for n in stages if n.startswith("report_")]
+    assert str(paths.table_file("policies", backbone)) in outs(BY_NAME[f"policies@{backbone}"])
+    assert str(paths.metrics_file("policies", backbone)) in outs(BY_NAME[f"policies@{backbone}"])
+    bench = BY_NAME["bench_exits"]["cmd"]
+    assert option(bench, "out") == str(paths.bench_file("exits"))
+    assert option(bench, "policies") == str(paths.metrics_file("policies", "${bench.cell}"))
+    reports = [n for n in BY_NAME if n.startswith("report_")]
     assert len(reports) == 3
     for name in reports:
         report = name.removeprefix("report_")
-        assert str(paths.report_html(report)) in outs(stages[name])
-        assert str(paths.report_template(report)) in stages[name]["deps"]
+        assert str(paths.report_html(report)) in outs(BY_NAME[name])
+        assert str(paths.report_template(report)) in BY_NAME[name]["deps"]
 
 
 def test_the_resume_fingerprint_covers_what_training_runs(tmp_path, monkeypatch):
     """A resume checkpoint is discarded when code that training runs changes, and kept
-    when a report or a claim changes (loopscope.checkpoint.run_fingerprint)."""
+    when a report or a claim changes (loopscope.weights.checkpoint.run_fingerprint)."""
     import shutil
 
     import torch
     from conftest import tiny_cell
 
-    from loopscope import checkpoint
-    covered = {p.stem for p in checkpoint.imported_modules("train")}
-    assert {"train", "model", "config", "data", "depth", "checkpoint"} <= covered
+    from loopscope.weights import checkpoint
+    covered = {str(p.relative_to(PKG)) for p in
+               checkpoint.imported_modules("loopscope.weights.train")}
+    assert {"weights/train.py", "weights/model.py", "weights/config.py", "weights/data.py",
+            "weights/depth.py", "weights/checkpoint.py"} <= covered
     assert covered <= closure(ROOT / "stages" / "train.py")
-    assert not covered & {"levers", "report", "paper_a", "paper_b", "stats", "claims"}
+    assert not training_leaks(covered)
     pkg = tmp_path / "loopscope"
     shutil.copytree(PKG, pkg)
     monkeypatch.setattr(checkpoint, "PACKAGE", pkg)
     cell, tokens = tiny_cell(), torch.arange(64)
     before = checkpoint.run_fingerprint(cell, tokens)
-    (pkg / "paper_a.py").write_text((pkg / "paper_a.py").read_text() + "\n# reworded\n")
+    claims = pkg / "judge" / "paper_a.py"
+    claims.write_text(claims.read_text() + "\n# reworded\n")
     assert checkpoint.run_fingerprint(cell, tokens) == before
-    (pkg / "model.py").write_text((pkg / "model.py").read_text() + "\n# edited\n")
+    model = pkg / "weights" / "model.py"
+    model.write_text(model.read_text() + "\n# edited\n")
     assert checkpoint.run_fingerprint(cell, tokens) != before
+
+
+def missing_keys(params: dict) -> list[str]:
+    """The params keys dvc.yaml's stages list that a params file lacks (DVC refuses to
+    run a stage whose params are missing, so every key must be written out)."""
+    found = []
+    for key in sorted({str(p) for _, stage in STAGES for p in stage.get("params", [])}):
+        node = params
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                found.append(key)
+                break
+            node = node[part]
+    return found
+
+
+@pytest.mark.parametrize("path", ["params.yaml", "tests/micro_params.yaml",
+                                  *sorted(f"presets/{p.name}" for p in
+                                          (ROOT / "presets").glob("*.yaml"))])
+def test_every_params_file_writes_out_every_key_a_stage_reads(path):
+    assert not missing_keys(yaml.safe_load((ROOT / path).read_text())), path
+
+
+def test_the_key_check_fails_on_a_params_file_without_one():
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    del params["claims"]
+    assert missing_keys(params) == ["claims", "claims.margin_nats"]
+
+
+# ------------------------------------------------------------------------- sizes
+
+MODULE_LINES, FUNCTION_LINES = 600, 60  # a module is one job; a function fits a screen
+
+
+def oversized(path: Path) -> list[str]:
+    """The module (over MODULE_LINES) and functions (over FUNCTION_LINES) of a file."""
+    text = path.read_text()
+    found = [f"{path.name}: {len(text.splitlines())} lines"] if (
+        len(text.splitlines()) > MODULE_LINES) else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > FUNCTION_LINES:
+                found.append(f"{path.name}: {node.name} {n} lines")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted([*PKG.rglob("*.py"), *(ROOT / "stages").glob("*.py")]),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_and_functions_stay_small(path):
+    assert not oversized(path)
+
+
+def test_the_size_check_fails_on_a_long_function(tmp_path):
+    long = tmp_path / "long.py"
+    long.write_text("def f():\n" + "    x = 1\n" * FUNCTION_LINES)
+    assert oversized(long) == ["long.py: f 61 lines"]

@@ -1,4 +1,4 @@
-"""The depth-use search (loopscope.levers): experiments that are valid and distinct,
+"""The depth-use search (loopscope.tools.levers): experiments that are valid and distinct,
 results read from `dvc exp show --json` alone, the rerun check, the generated page."""
 
 import json
@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopscope import levers
-from loopscope.errors import DataError, ParamsError
-from loopscope.params import parse_params, resolve_cell
+from loopscope.base.errors import DataError, ParamsError
+from loopscope.params import parse_params
+from loopscope.tools import levers
+from loopscope.weights.resolve import resolve_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = yaml.safe_load((ROOT / "params.yaml").read_text())

@@ -5,8 +5,6 @@ import dataclasses
 import json
 import os
 import re
-import runpy
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,17 +16,22 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import torch
+import yaml
 from conftest import BACKBONE
 from conftest import tiny_cell as cell
 from micro import ROOT
 
-from loopscope import compute, errors, memory, paths, timings
-from loopscope.config import CellConfig
-from loopscope.diagnostics import write_extract
-from loopscope.errors import ResourceError
-from loopscope.model import LoopedLM
-from loopscope.params import load_params, resolve_cell
-from loopscope.plan import plan_cell
+from loopscope import stage
+from loopscope.base import timings
+from loopscope.base.errors import ResourceError
+from loopscope.measure.extract import write_extract
+from loopscope.params import load_params
+from loopscope.preflight import disk, memory
+from loopscope.tools.plan import plan_cell
+from loopscope.weights import compute
+from loopscope.weights.config import CellConfig
+from loopscope.weights.model import LoopedLM
+from loopscope.weights.resolve import resolve_cell
 
 GIB = 1024**3
 DEFAULT = load_params(ROOT / "params.yaml")
@@ -78,7 +81,8 @@ def test_a_context_typo_is_refused_naming_memory_and_the_keys(monkeypatch):
     floor = float(message.split("needs at least about ")[1].split(" GiB")[0])
     assert 100 < floor < 200  # without the attention matrices: fused kernels keep none
     with_math = re.search(r"; ([0-9,.]+) GiB with the attention matrices math attention "
-                          "stores; an estimate, `python -m loopscope.plan` prints it", message)
+                          "stores; an estimate, `python -m loopscope.tools.plan` prints it",
+                          message)
     assert float(with_math.group(1).replace(",", "")) > 40_000  # what plan prints
     assert "can use 18.0 GiB (90% of 20.0 GiB, a test's limit)" in message
     for key in ("model.context (100000)", "train.batch_size (16)", "model.d_model (128)",
@@ -132,24 +136,26 @@ def test_extract_and_diagnose_are_checked_at_their_batch_size(monkeypatch):
         memory.check_forward(c, run_on, 4096, "extract.batch_size", "extract")
 
 
-def test_train_stage_refuses_a_context_typo_before_any_step(tmp_path, monkeypatch):
-    """The acceptance case in-process: params.yaml's model.context 100000, a corpus long
-    enough for it, and the stage stops in about a second, before torchrun or a step."""
-    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
-    monkeypatch.chdir(tmp_path)
-    typo = default_cell("terminal_normed", context=100_000)
-    (tmp_path / paths.CONFIGS).mkdir()
-    (tmp_path / paths.config_file("terminal_normed")).write_text(typo.to_json())
-    (tmp_path / paths.PREPARED).mkdir()  # splits long enough: the context check passes
-    splits = {"train": {"tokens": 1_672_609}, "val": {"tokens": 186_859}}
-    (tmp_path / paths.PREPARED / "meta.json").write_text(json.dumps({"splits": splits}))
-    monkeypatch.setattr("sys.argv", ["train.py", "terminal_normed"])
+def configure(tmp_path: Path, params: dict) -> str:
+    """Run the configure stage in tmp_path on these params, through the stage runner;
+    its one-line error."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
-    message = str(exit_.value.code)
+        stage.main(["--untimed", "configure", str(ROOT / "stages" / "configure.py"), "configs"])
+    return str(exit_.value.code)
+
+
+def test_configure_refuses_a_context_typo_before_anything_trains(tmp_path, monkeypatch):
+    """The acceptance case in-process: model.context 100000 in one cell, and configure
+    (which runs first on every `dvc repro`) stops in about a second, before any stage
+    trains: training itself holds no memory estimate."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["cells"]["terminal_normed"]["model"]["context"] = 100_000
+    monkeypatch.chdir(tmp_path)
+    message = configure(tmp_path, params)
     assert message.startswith("error: cell 'terminal_normed': training needs at least about ")
     assert "of memory" in message and "model.context (100000)" in message
-    assert not (tmp_path / "dvclive").exists() and not (tmp_path / "models").exists()
+    assert not (tmp_path / "configs").exists() or not any((tmp_path / "configs").iterdir())
 
 
 # --- the limit ------------------------------------------------------------------------
@@ -231,9 +237,10 @@ def test_the_default_cells_fit_this_machine():
 CALIBRATE = textwrap.dedent("""
     import dataclasses, json, resource, sys
     import torch
-    from loopscope import memory
-    from loopscope.params import load_params, resolve_cell
-    from loopscope.train import train_cell
+    from loopscope.preflight import disk, memory
+    from loopscope.params import load_params
+    from loopscope.weights.resolve import resolve_cell
+    from loopscope.weights.train import train_cell
     cell = resolve_cell(load_params(sys.argv[1]), sys.argv[2])
     cell = dataclasses.replace(cell, train=dataclasses.replace(
         cell.train, steps=int(sys.argv[3]), warmup_steps=1, log_every=1))
@@ -256,7 +263,7 @@ def test_the_estimate_is_calibrated_on_a_default_cell():
     """The peak resident memory a default cell's training adds to its process (a fresh
     one: ru_maxrss is a high-water mark) is within memory.MEASURED_RANGE of the
     estimate. perloop_normed, paper A's largest; three steps: the first ones set most of
-    the allocator's high-water mark (loopscope.memory lists the other cells, and 30
+    the allocator's high-water mark (loopscope.preflight.memory lists the other cells, and 30
     steps)."""
     name = "perloop_normed"
     result = subprocess.run([sys.executable, "-c", CALIBRATE, str(ROOT / "params.yaml"),
@@ -270,7 +277,7 @@ def test_the_estimate_is_calibrated_on_a_default_cell():
                                  f"estimate {got['estimate'] / 2**20:.0f} MiB ({ratio:.2f}x)"
 
 
-# --- a stage's peak memory and time (loopscope.timings, written by stage.run) --------
+# --- a stage's peak memory and time (loopscope.base.timings, written by stage.run) --------
 
 @pytest.mark.parametrize("platform, unit", [("linux", 1024), ("darwin", 1)])
 def test_peak_memory_reads_ru_maxrss_in_the_platforms_unit(monkeypatch, platform, unit):
@@ -308,7 +315,7 @@ def test_process_seconds_counts_from_the_process_start(monkeypatch):
 # --- disk -----------------------------------------------------------------------------
 
 def full_disk(monkeypatch, free: int) -> None:
-    monkeypatch.setattr(errors.shutil, "disk_usage", lambda path: Usage(10**12, 0, free))
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda path: Usage(10**12, 0, free))
 
 
 def test_extract_checks_the_disk_before_writing(tmp_path, monkeypatch):
@@ -321,35 +328,27 @@ def test_extract_checks_the_disk_before_writing(tmp_path, monkeypatch):
         write_extract(model, x, x, 4, out, "tiny")
     need = (BACKBONE.loops + 1) * 8 * 16 * 32 * 4 + BACKBONE.loops * 8 * 16 * 22
     assert str(err.value) == (
-        f"{out}/states.npy: needs about {errors.format_bytes(need)} of disk space, but its "
+        f"{out}/states.npy: needs about {disk.format_bytes(need)} of disk space, but its "
         "file system has 9.8 KiB free. Free disk space, or lower extract.val_sequences (8 "
         "windows of model.context 16 tokens, each token with model.loops + 1 = 5 states "
         "of model.d_model 32 floats), then rerun `dvc repro`.")
     assert not any(out.iterdir())  # not even the memmap's temporary file
 
 
-def test_train_stage_checks_the_disk_before_any_step(tmp_path, monkeypatch):
-    shutil.copy(ROOT / "tests" / "micro_params.yaml", tmp_path / "params.yaml")
+def test_configure_checks_the_disk_before_anything_trains(tmp_path, monkeypatch):
+    """Room for every model file not yet written and a resume checkpoint, checked by
+    configure before any stage trains."""
     monkeypatch.chdir(tmp_path)
-    config = resolve_cell(load_params(), "perloop_raw")
-    (tmp_path / paths.CONFIGS).mkdir()
-    (tmp_path / paths.config_file("perloop_raw")).write_text(config.to_json())
-    (tmp_path / paths.PREPARED).mkdir()
-    splits = {"train": {"tokens": 10**5}, "val": {"tokens": 10**4}}
-    (tmp_path / paths.PREPARED / "meta.json").write_text(json.dumps({"splits": splits}))
     full_disk(monkeypatch, 1000)
-    monkeypatch.setattr("sys.argv", ["train.py", "perloop_raw"])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
-    message = str(exit_.value.code)
-    assert message.startswith("error: models/perloop_raw and checkpoints/perloop_raw: needs "
-                              "about ")
+    message = configure(tmp_path, yaml.safe_load((ROOT / "tests" / "micro_params.yaml")
+                                                 .read_text()))
+    assert message.startswith("error: models and checkpoints: needs about ")
     assert "of disk space, but its file system has 1000 B free. Free disk space" in message
-    assert not (tmp_path / "dvclive").exists()
+    assert not (tmp_path / "configs").exists() or not any((tmp_path / "configs").iterdir())
 
 
 def test_require_disk_sums_what_shares_a_file_system(tmp_path, monkeypatch):
     full_disk(monkeypatch, 1500)
-    errors.require_disk({tmp_path / "a": 700, tmp_path / "b" / "c": 700}, "")
+    disk.require_disk({tmp_path / "a": 700, tmp_path / "b" / "c": 700}, "")
     with pytest.raises(ResourceError, match=r"a and .*b/c: needs about 1.6 KiB"):
-        errors.require_disk({tmp_path / "a": 800, tmp_path / "b" / "c": 800}, "")
+        disk.require_disk({tmp_path / "a": 800, tmp_path / "b" / "c": 800}, "")

@@ -8,7 +8,7 @@ from conftest import TINY
 from conftest import tiny_model as make
 from conftest import tiny_tokens as tokens
 
-from loopscope.model import LoopedLM, schedule
+from loopscope.weights.model import LoopedLM, schedule
 
 
 def test_shapes_and_loop_count():
@@ -138,7 +138,7 @@ def test_carry_takes_a_per_token_first_mask():
 
 
 def test_convergence_sweep_runs_the_same_loops_as_forward():
-    from loopscope.convergence import trajectory
+    from loopscope.measure.trajectories import trajectory
     model = make(inter_loop_norm=True, inject="add")
     x = tokens()
     traj = trajectory(model, x, x, None, depth=4, batch_size=1, keep_states=4)

@@ -14,17 +14,44 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import SHARES_REPRO
-from micro import SEEDS, copy_repo, copy_state, sh
+from micro import SEEDS, copy_repo, copy_state, params_read, sh
 
-from loopscope import compute, summary
-from loopscope.config import TrainConfig
+from loopscope.render import summary
+from loopscope.weights import compute
+from loopscope.weights.config import TrainConfig
 
 pytestmark = pytest.mark.slow
 
 # Paper A's normed and raw readouts, both loss placements, and paper B's backbone.
 CELLS = ["terminal_normed", "perloop_normed", "perloop_raw", "backbone"]
 PER_CELL = ("train", "extract", "diagnose", "convergence", "policies")
+
+
+# Keys a stage reads on some corpora only: the default reads neither (no hub corpus)
+SOMETIMES = {"prepare": {"data.hub_config", "data.hub_documents"}}
+
+
+@SHARES_REPRO
+def test_each_stage_read_exactly_the_params_keys_dvc_yaml_lists(reproduced):
+    """What each stage's code really read in the run (the params view records every key
+    it hands out) against the stage's params in dvc.yaml: a key read but not listed would
+    leave results DVC calls up to date after a change; a key listed but never read reruns
+    a stage for nothing."""
+    stages = yaml.safe_load((reproduced / "dvc.yaml").read_text())["stages"]
+    recorded = {p.stem: set(json.loads(p.read_text()))
+                for p in params_read(reproduced).glob("*.json")}
+    assert {"prepare", "diagnose@backbone", "claims", "report_index"} <= set(recorded)
+    assert not [s for s in recorded if s.startswith("train@")]  # training reads no params
+    for stage, read in recorded.items():
+        if stage == "configure":
+            continue  # it validates the whole file, every section listed
+        spec = stages[stage.split("@")[0]]
+        listed = set(spec.get("do", spec).get("params", []))
+        assert read <= listed, f"{stage} read {sorted(read - listed)}, not in dvc.yaml"
+        unread = listed - read - SOMETIMES.get(stage, set())
+        assert not unread, f"{stage} lists {sorted(unread)} and never read them"
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""python -m loopscope.plan: parameter counts, steps, memory estimates, the presets, and the
+"""python -m loopscope.tools.plan: parameter counts, steps, memory estimates, the presets, and the
 time estimates with their CPU calibration (the probe, the step efficiency)."""
 
 import copy
@@ -11,27 +11,29 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loopscope import bench_exits, diagnostics
-from loopscope import plan as plan_module
-from loopscope.config import CellConfig, TrainConfig
-from loopscope.data import Corpus, steps_for_epochs
-from loopscope.model import LoopedLM, ModelConfig, cost
-from loopscope.params import load_params, resolve_cell
-from loopscope.plan import (
+from loopscope.base.timings import TRAINING, cpu_model
+from loopscope.measure import clamp
+from loopscope.measure.rules import TIMED
+from loopscope.params import load_params
+from loopscope.tools import plan as plan_module
+from loopscope.tools import probe
+from loopscope.tools.plan import (
     REPORT_SECONDS,
     STAGE_SECONDS,
-    STEP_EFFICIENCY,
     TFLOPS,
-    corpus_tokens,
     main,
     measuring_flops,
     plan,
     plan_cell,
-    step_efficiency,
     train_flops_per_token,
 )
-from loopscope.timings import TRAINING, cpu_model
-from loopscope.tokenizer import encode, train_tokenizer
+from loopscope.tools.probe import STEP_EFFICIENCY, step_efficiency
+from loopscope.tools.tokens import corpus_tokens
+from loopscope.weights.config import CellConfig, TrainConfig
+from loopscope.weights.data import Corpus, steps_for_epochs
+from loopscope.weights.model import LoopedLM, ModelConfig, cost
+from loopscope.weights.resolve import resolve_cell
+from loopscope.weights.tokenizer import encode, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -42,15 +44,15 @@ PAPER_A_CELLS = ["terminal_normed", "terminal_raw", "perloop_normed", "perloop_r
 
 
 ROOF, FORWARD = 100.0, 20.0  # GFLOP/s the fake probe reports
-REAL_ROOF, REAL_FORWARD = plan_module.roof_gflops, plan_module.forward_gflops
+REAL_ROOF, REAL_FORWARD = probe.roof_gflops, probe.forward_gflops
 
 
 @pytest.fixture(autouse=True)
 def fake_probe(monkeypatch):
     """plan() calibrates on the CPU; in-process tests get fixed rates at once (the CLI
     tests and test_the_real_probe_measures_this_machine run the real probe)."""
-    monkeypatch.setattr(plan_module, "roof_gflops", lambda threads, size=2048: ROOF)
-    monkeypatch.setattr(plan_module, "forward_gflops", lambda cfg, threads, windows: FORWARD)
+    monkeypatch.setattr(probe, "roof_gflops", lambda threads, size=2048: ROOF)
+    monkeypatch.setattr(probe, "forward_gflops", lambda cfg, threads, windows: FORWARD)
 
 
 def tiny_cell(**train: object) -> CellConfig:
@@ -71,7 +73,7 @@ def write_params(path: Path, **sections: dict) -> Path:
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loopscope.plan", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "loopscope.tools.plan", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -224,9 +226,9 @@ def test_not_fetched_prints_the_fetch_command(tmp_path, monkeypatch, capsys):
     main(["params.yaml"])
     out = capsys.readouterr().out
     assert "hub dataset Salesforce/wikitext is not fetched" in out
-    assert "`python -m loopscope.corpus`" in out
+    assert "`python -m loopscope.weights.corpus`" in out
     main(["other.yaml"])
-    assert "`python -m loopscope.corpus --params other.yaml`" in capsys.readouterr().out
+    assert "`python -m loopscope.weights.corpus --params other.yaml`" in capsys.readouterr().out
     main(["params.yaml", "--json"])
     result = json.loads(capsys.readouterr().out)
     assert result["corpus"]["train_tokens"] is None
@@ -327,8 +329,8 @@ def test_a_faster_probe_gives_fewer_hours(tmp_path, monkeypatch):
     write_params(tmp_path / "params.yaml")
     monkeypatch.chdir(tmp_path)
     slow = plan("params.yaml", "cpu")
-    monkeypatch.setattr(plan_module, "roof_gflops", lambda threads, size=2048: 2 * ROOF)
-    monkeypatch.setattr(plan_module, "forward_gflops", lambda cfg, threads, windows: 4 * FORWARD)
+    monkeypatch.setattr(probe, "roof_gflops", lambda threads, size=2048: 2 * ROOF)
+    monkeypatch.setattr(probe, "forward_gflops", lambda cfg, threads, windows: 4 * FORWARD)
     fast = plan("params.yaml", "cpu")
     assert fast["total"]["hours"] == pytest.approx(slow["total"]["hours"] / 2)
     startup = slow["measuring"]["startup_seconds"] / 3600
@@ -354,7 +356,7 @@ def test_the_step_efficiency_comes_from_a_bench_train_result(tmp_path, monkeypat
     assert step_efficiency(path)[0] == STEP_EFFICIENCY
     # plan reads metrics/bench/train.json where it runs, and probes the roof it names
     sizes = []
-    monkeypatch.setattr(plan_module, "roof_gflops",
+    monkeypatch.setattr(probe, "roof_gflops",
                         lambda threads, size=2048: sizes.append(size) or ROOF)
     write_params(tmp_path / "params.yaml")
     (tmp_path / "metrics" / "bench").mkdir(parents=True)
@@ -394,8 +396,8 @@ def test_measuring_flops_follow_the_params(tmp_path):
     got, single = (measuring_flops(params, "perloop_normed", c) for c in (two, one))
     assert got["diagnose"] == pytest.approx(2 * single["diagnose"])
     assert got["throughput"] == single["throughput"]  # the first run only
-    assert plan_module.CLAMP_PASSES == len(diagnostics.CLAMP_MODES)
-    assert plan_module.BENCH_POLICIES == len(bench_exits.RULES)
+    assert plan_module.CLAMP_PASSES == len(clamp.CLAMP_MODES)
+    assert plan_module.BENCH_POLICIES == len(TIMED) == 3
 
 
 def test_measuring_stages_are_dvc_yaml_s():

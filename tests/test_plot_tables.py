@@ -6,9 +6,9 @@ import json
 import pandas as pd
 import pytest
 
-from loopscope import paths
-from loopscope.errors import DataError
-from loopscope.plot_tables import tables
+from loopscope.base import paths
+from loopscope.base.errors import DataError
+from loopscope.render.plot_tables import tables
 
 
 def write(path, obj):

@@ -9,44 +9,40 @@ import torch
 import torch.nn.functional as F
 from conftest import BACKBONE, Scripted, tiny_tokens
 
-from loopscope import model as model_module
-from loopscope.config import TrainConfig
-from loopscope.convergence import (
-    argmax_changes_later,
-    convergence_loop,
-    shares,
-    trajectory,
-    uniform_ce,
-    useful_depth,
-)
-from loopscope.depth import sampler
-from loopscope.model import LoopedLM
-from loopscope.params import RULE_DEFAULTS, default_grids
-from loopscope.policies import (
+from loopscope.measure.convergence import convergence_loop, shares, useful_depth
+from loopscope.measure.exits import (
     KL,
     RULES,
-    SWEPT,
     ArgmaxStability,
     Cosine,
     EntropyDiff,
     KLHuginn,
     LatentDiff,
     MinpKL,
-    PolicyResult,
-    Sweep,
     Uniform,
-    evaluate,
-    headline,
     make,
-    masked_forward,
-    minp_log_probs,
     never_exits,
     rule_defaults,
+)
+from loopscope.measure.masked import PolicyResult, evaluate, masked_forward
+from loopscope.measure.policies import (
+    SWEPT,
+    Sweep,
+    headline,
     settings,
     summarize,
     summarize_sweeps,
     sweep_settings,
 )
+from loopscope.measure.probe import argmax_changes_later
+from loopscope.measure.rules import RULES as RULE_DATA
+from loopscope.measure.rules import default_grids
+from loopscope.measure.signals import minp_log_probs
+from loopscope.measure.trajectories import trajectory, uniform_ce
+from loopscope.weights import model as model_module
+from loopscope.weights.config import TrainConfig
+from loopscope.weights.depth import sampler
+from loopscope.weights.model import LoopedLM
 
 
 def backbone(**overrides) -> LoopedLM:
@@ -269,7 +265,8 @@ def test_vocabulary_math_in_row_chunks_is_bit_identical_to_whole_batches(monkeyp
 
 
 def test_rule_defaults_are_huginns_and_params_knows_them():
-    assert {r: rule_defaults(r) for r in RULES if r != "uniform"} == RULE_DEFAULTS
+    assert {r: rule_defaults(r) for r in RULES if r != "uniform"} == {
+        r: rule.defaults for r, rule in RULE_DATA.items()}
     assert rule_defaults("kl-huginn") == (1e-3, 5e-4)  # its first release used 5e-4
     assert (LatentDiff.default, Cosine.default, MinpKL.default) == (0.03, 1e-3, 1e-5)
     assert (EntropyDiff.default, ArgmaxStability.default, KL.default) == (1e-3, 5, 1e-3)
@@ -409,7 +406,7 @@ def test_trajectory_kl_and_ce_agree_with_a_direct_computation():
 
 
 def test_initial_states_are_keyed_by_seed_and_window_start():
-    from loopscope.runs import initial_states
+    from loopscope.measure.runs import initial_states
 
     model = backbone()
     both = initial_states(model, np.array([0, 16]), seed=42)

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-CHEAP = ("python -m loopscope.plan", "dvc status", "dvc metrics show", "dvc plots show")
+CHEAP = ("python -m loopscope.tools.plan", "dvc status", "dvc metrics show", "dvc plots show")
 
 
 def commands() -> list[str]:

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import runpy
 import shutil
 import signal
 import subprocess
@@ -23,21 +22,23 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import BACKBONE
+from conftest import BACKBONE, run_stage
 from conftest import tiny_cell as cell
 from conftest import tiny_corpus as corpus
 from micro import ROOT, copy_repo, sh, sh_env
 
-from loopscope import paths, timings
-from loopscope.checkpoint import discard_resume, load_model, save_model
-from loopscope.config import TrainConfig
-from loopscope.data import check_context, write_prepared
-from loopscope.errors import CheckpointError, CollapseError, DataError
-from loopscope.outputs import temp_path, write_json, write_outputs
-from loopscope.params import load_params, resolve_cell
+from loopscope.base import paths, timings
+from loopscope.base.errors import CheckpointError, CollapseError, DataError
+from loopscope.base.files import temp_path, write_json
+from loopscope.measure.save import write_outputs
+from loopscope.params import load_params
 from loopscope.stage import run
-from loopscope.tokenizer import train_tokenizer
-from loopscope.train import check_collapse, train_cell
+from loopscope.weights.checkpoint import discard_resume, load_model, save_model
+from loopscope.weights.config import TrainConfig
+from loopscope.weights.data import check_context, write_prepared
+from loopscope.weights.resolve import resolve_cell
+from loopscope.weights.tokenizer import train_tokenizer
+from loopscope.weights.train import check_collapse, train_cell
 
 # The cell the end-to-end tests train: a healthy one at micro size (the micro
 # perloop_raw, 32 wide with a raw readout, collapses within 200 steps and is stopped).
@@ -216,14 +217,22 @@ def test_collapsed_training_stage_writes_nothing_finished(tmp_path, monkeypatch)
     config = cell(**COLLAPSING)
     (tmp_path / paths.CONFIGS).mkdir()
     (tmp_path / paths.config_file("tiny")).write_text(config.to_json())
-    monkeypatch.setattr("sys.argv", ["train.py", "tiny"])
     with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
+        run_stage("train", *train_args("tiny"))
     message = str(exit_.value.code)
     assert message.startswith("error: ") and COLLAPSE_MESSAGE.fullmatch(message[7:]), message
     assert not (tmp_path / paths.model_file("tiny", config.train.seed)).exists()
     for kind in ("train", paths.TRAIN_TIMINGS):
         assert not (tmp_path / paths.metrics_file(kind, "tiny")).exists()
+
+
+def train_args(cell: str) -> list[str]:
+    """The train stage's options as dvc.yaml passes them, for cell."""
+    return ["--config", str(paths.config_file(cell)), "--prepared", str(paths.PREPARED),
+            "--model", f"models/{cell}/seed{{seed}}.pt",
+            "--resume", f"checkpoints/{cell}/seed{{seed}}/last.pt",
+            "--live", f"dvclive/{cell}", "--metrics", f"metrics/train/{cell}.json",
+            "--timings", f"metrics/train_timings/{cell}.json"]
 
 
 # --- corruption ------------------------------------------------------------------------
@@ -262,9 +271,8 @@ def test_train_stage_checks_the_context_before_reading_tokens(tmp_path, monkeypa
     (tmp_path / paths.PREPARED).mkdir()  # meta.json of a tiny validation split, no tokens
     splits = {"train": {"tokens": 10**6}, "val": {"tokens": config.model.context}}
     (tmp_path / paths.PREPARED / "meta.json").write_text(json.dumps({"splits": splits}))
-    monkeypatch.setattr("sys.argv", ["train.py", CELL])
     with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(ROOT / "stages" / "train.py"), run_name="__main__")
+        run_stage("train", *train_args(CELL))
     assert str(exit_.value.code).startswith(
         f"error: model.context is {config.model.context}, but the val split has only")
     assert "data.val_fraction" in str(exit_.value.code)
@@ -276,9 +284,8 @@ def test_train_stage_checks_the_context_before_reading_tokens(tmp_path, monkeypa
 def test_missing_corpus_stops_prepare_with_what_to_do(tmp_path, monkeypatch):
     shutil.copy(ROOT / "tests" / "micro_params.yaml", tmp_path / "params.yaml")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("sys.argv", ["prepare.py"])
     with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(ROOT / "stages" / "prepare.py"), run_name="__main__")
+        run_stage("prepare")
     assert str(exit_.value.code).startswith("error: data/: corpus directory not found. Run "
                                             "`make repro`")
     assert not (tmp_path / paths.PREPARED).exists()

@@ -15,7 +15,8 @@ import yaml
 from conftest import SHARES_REPRO
 from micro import copy_state, sh
 
-from loopscope.params import load_params, resolve_cell
+from loopscope.params import load_params
+from loopscope.weights.resolve import resolve_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKBONES = {"backbone", "backbone_mean4"}

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from loopscope.report import export_html, page_title
+from loopscope.render.report import export_html, page_title
 
 ROOT = Path(__file__).resolve().parents[1]
 RENDERED = sorted((ROOT / "reports" / "html").glob("*.html"))

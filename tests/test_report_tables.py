@@ -1,6 +1,6 @@
 """Every table and number the report notebooks show, computed on constructed outputs
 small enough to check by hand; and the notebooks themselves read no file and compute
-nothing (loopscope.report_tables does)."""
+nothing (loopscope.render.report_tables does)."""
 
 import dataclasses
 import json
@@ -13,14 +13,13 @@ import pandas as pd
 import pytest
 from conftest import TINY, tiny_cell
 
-from loopscope import paths
-from loopscope.config import CellConfig
-from loopscope.errors import DataError
-from loopscope.experiments import EXPERIMENTS
-from loopscope.outputs import loop_order, read_metrics
-from loopscope.paper_a import CellA
-from loopscope.paper_b import worst_step
-from loopscope.report_tables import (
+from loopscope.base import paths
+from loopscope.base.errors import DataError
+from loopscope.base.outputs import loop_order, read_metrics
+from loopscope.judge.experiments import EXPERIMENTS
+from loopscope.judge.group_a import CellA
+from loopscope.judge.paper_b import worst_step
+from loopscope.render.report_tables import (
     backbone_cells,
     backbone_table,
     cell_table,
@@ -61,6 +60,7 @@ from loopscope.report_tables import (
     units_statement,
     verdict_counts,
 )
+from loopscope.weights.config import CellConfig
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
@@ -492,7 +492,7 @@ def test_exit_benchmark_tables_and_regime(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", ["blind_spot", "convergence", "index"])
 def test_the_notebooks_read_no_file_and_compute_nothing(name):
-    """A report's tables and numbers come from loopscope.report_tables (tested above):
+    """A report's tables and numbers come from loopscope.render.report_tables (tested above):
     a notebook that reads files itself, defines helpers or does arithmetic with numpy
     holds logic no test sees."""
     nb = json.loads((REPORTS / f"{name}.ipynb").read_text())

@@ -7,9 +7,10 @@ import pytest
 import torch
 from conftest import BACKBONE, TINY, Scripted
 
-from loopscope.model import LoopedLM
-from loopscope.policies import RULES, Uniform, make, masked_forward
-from loopscope.runtime import Layout, generate, score
+from loopscope.measure.exits import RULES, Uniform, make
+from loopscope.measure.masked import masked_forward
+from loopscope.measure.runtime import Layout, generate, score
+from loopscope.weights.model import LoopedLM
 
 MODELS = {
     "paper A (no prelude/coda)": TINY,

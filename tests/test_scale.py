@@ -3,7 +3,6 @@ data-parallel training under torchrun (gloo on CPU)."""
 
 import json
 import os
-import runpy
 import statistics
 import subprocess
 import sys
@@ -11,20 +10,22 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BACKBONE
+from conftest import BACKBONE, run_stage
 from conftest import TINY as MODEL
 from conftest import tiny_corpus as corpus
 
-from loopscope import compute, paths
-from loopscope.checkpoint import save_model
-from loopscope.config import CellConfig, TrainConfig
-from loopscope.data import Batches, steps_for_epochs, train_windows, write_prepared
-from loopscope.depth import sampler
-from loopscope.errors import ParamsError
-from loopscope.model import LoopedLM
-from loopscope.runs import trained_runs
-from loopscope.tokenizer import train_tokenizer
-from loopscope.train import train_cell
+from loopscope.base import paths
+from loopscope.base.errors import ParamsError
+from loopscope.measure.runs import trained_runs
+from loopscope.preflight import memory
+from loopscope.weights import compute
+from loopscope.weights.checkpoint import save_model
+from loopscope.weights.config import CellConfig, TrainConfig
+from loopscope.weights.data import Batches, steps_for_epochs, train_windows, write_prepared
+from loopscope.weights.depth import SAMPLERS, sampler
+from loopscope.weights.model import LoopedLM
+from loopscope.weights.tokenizer import train_tokenizer
+from loopscope.weights.train import train_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +57,8 @@ def test_lognormal_depth_has_the_configured_mean_and_is_reproducible():
     assert depths.quantile(0.99) > 2 * 8
     fixed = sampler(TrainConfig(depth="fixed"), 8)
     assert (fixed.sample(), fixed.mean(), fixed.quantile(0.99), fixed.varies) == (8, 8, 8, False)
+    for name, sampler_class in SAMPLERS.items():  # the config says what the sampler does
+        assert TrainConfig(depth=name).samples_depth == sampler_class.varies
 
 
 def test_truncated_backprop_builds_a_graph_for_the_last_loops_only():
@@ -157,12 +160,12 @@ def test_configure_writes_the_resolved_precision(tmp_path, monkeypatch):
     params = (ROOT / "tests" / "micro_params.yaml").read_text()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "params.yaml").write_text(params)
-    monkeypatch.setattr("sys.argv", ["configure.py"])
+    monkeypatch.setattr(memory, "available", lambda device: None)  # no device to ask
     written = {}
     for native, cuda in ((True, False), (False, False), (False, True)):
         monkeypatch.setattr(compute, "native_bf16_cpu", lambda native=native: native)
         monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
-        runpy.run_path(str(ROOT / "stages" / "configure.py"), run_name="__main__")
+        run_stage("configure", "configs")
         written[native, cuda] = (tmp_path / "configs" / "backbone.json").read_bytes()
         assert json.loads(written[native, cuda])["train"]["precision"] == ("bf16" if cuda
                                                                            else "fp32")
@@ -196,8 +199,8 @@ import json, sys, torch
 sys.path.insert(0, {tests!r})
 from conftest import TINY as MODEL, tiny_corpus as corpus
 from test_scale import Rows, ddp_config
-from loopscope.train import init_distributed, train_cell, world
-from loopscope.config import CellConfig
+from loopscope.weights.train import init_distributed, train_cell, world
+from loopscope.weights.config import CellConfig
 cfg = ddp_config(processes=2)
 init_distributed(cfg)
 live = Rows()
@@ -245,8 +248,8 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from conftest import BACKBONE, tiny_corpus as corpus
 from test_scale import ddp_resume_config
-from loopscope.config import CellConfig
-from loopscope.train import init_distributed, train_cell, world
+from loopscope.weights.config import CellConfig
+from loopscope.weights.train import init_distributed, train_cell, world
 
 class Killed(Exception):
     pass

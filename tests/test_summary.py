@@ -1,4 +1,4 @@
-"""The front page's numbers (loopscope.summary): README's generated blocks and
+"""The front page's numbers (loopscope.render.summary): README's generated blocks and
 docs/results.md are what the committed run's files say, and a hand edit is caught."""
 
 import os
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loopscope import summary
-from loopscope.errors import DataError
+from loopscope.base.errors import DataError
 from loopscope.params import load_params
+from loopscope.render import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 

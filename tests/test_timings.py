@@ -1,12 +1,13 @@
 """What a stage cost, as data: stage.run writes metrics/stage_timings/<stage>.json and
-loopscope.timings sums training against measuring."""
+loopscope.base.timings sums training against measuring."""
 
 import json
 import sys
 
 import pytest
 
-from loopscope import errors, stage, timings
+from loopscope import stage
+from loopscope.base import errors, timings
 
 
 def test_run_writes_the_stage_timings_file(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Token types by the whole word a token is part of (loopscope.token_types.window_types),
+"""Token types by the whole word a token is part of (loopscope.measure.token_types.window_types),
 on real byte-level BPE and word-level tokenizers trained here on a tiny text."""
 
 import time
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models
 
-from loopscope.token_types import (
+from loopscope.measure.token_types import (
     SPECIAL,
     TOKEN_TYPES,
     token_bytes,
@@ -15,7 +15,7 @@ from loopscope.token_types import (
     type_names,
     window_types,
 )
-from loopscope.tokenizer import EOS, UNK, train_tokenizer
+from loopscope.weights.tokenizer import EOS, UNK, train_tokenizer
 
 # "café", the emoji and "東京" are left out on purpose: their bytes stay single-byte
 # pieces, so a character is split across tokens.

@@ -9,12 +9,13 @@ from conftest import TINY
 from conftest import tiny_cell as cell
 from conftest import tiny_corpus as corpus
 
-from loopscope.checkpoint import load_model, save_model
-from loopscope.config import TrainConfig
-from loopscope.diagnostics import measure, summarize, write_extract
-from loopscope.errors import CheckpointError, DivergenceError
-from loopscope.model import LoopedLM
-from loopscope.train import lr_at, objective, optimizer, train_cell
+from loopscope.base.errors import CheckpointError, DivergenceError
+from loopscope.measure.extract import write_extract
+from loopscope.measure.sweep import measure, summarize
+from loopscope.weights.checkpoint import load_model, save_model
+from loopscope.weights.config import TrainConfig
+from loopscope.weights.model import LoopedLM
+from loopscope.weights.train import lr_at, objective, optimizer, train_cell
 
 
 def test_lr_schedule():

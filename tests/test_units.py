@@ -7,14 +7,12 @@ import numpy as np
 import torch
 from test_data import prepare
 
-from loopscope import paths
-from loopscope.data import document_ids, load_tokenizer, load_tokens, window_sets
-from loopscope.outputs import write_json
-from loopscope.report_tables import units_statement
-from loopscope.runs import document_window_sets
-from loopscope.stats import Documents, effect, negligible
-from loopscope.tokenizer import EOS
-from loopscope.units import (
+from loopscope.base import paths
+from loopscope.base.files import write_json
+from loopscope.judge.verdicts import effect, negligible
+from loopscope.measure.intervals import Documents
+from loopscope.measure.runs import document_window_sets
+from loopscope.measure.units import (
     FEWEST_UNITS,
     LAG1_MAX,
     MIN_UNITS,
@@ -24,6 +22,9 @@ from loopscope.units import (
     resampling_units,
     window_surprisal,
 )
+from loopscope.render.report_tables import units_statement
+from loopscope.weights.data import document_ids, load_tokenizer, load_tokens, window_sets
+from loopscope.weights.tokenizer import EOS
 
 
 def novel(seed: int) -> str:

@@ -1,0 +1,58 @@
+"""The cell taxonomy: which comparison a cell belongs to and which recipe it trains
+with, read from its config alone. The claims, the reports and the exit-runtime
+benchmark group cells by it.
+"""
+
+from __future__ import annotations
+
+from loopscope.weights.config import CellConfig
+
+
+def cell_group(cell: CellConfig) -> str:
+    """Which group of paper A's comparisons a cell belongs to: the normed baseline, a
+    scale-controlled variant (raw readout, norm penalty or inter-loop norm), final-norm
+    only, or a paper B backbone (sampled depth), which no paper A claim uses."""
+    m, t = cell.model, cell.train
+    if t.samples_depth:
+        return "paper B backbone"
+    if m.inter_loop_norm or t.norm_penalty > 0 or m.readout == "raw":
+        return "scale-controlled"
+    return "normed baseline" if m.readout == "normed" else "final-norm only"
+
+
+def control(cell: CellConfig) -> str:
+    """What controls a scale-controlled cell's recurrent scale, in paper A's words (""
+    for any other cell): the claims name the controls a recipe group has."""
+    m, t = cell.model, cell.train
+    if cell_group(cell) != "scale-controlled":
+        return ""
+    return ", ".join(name for name, on in (("raw readout", m.readout == "raw"),
+                                           ("norm penalty", t.norm_penalty > 0),
+                                           ("inter-loop norm", m.inter_loop_norm)) if on)
+
+
+def recipe(cell: CellConfig) -> str:
+    """A label for a cell's training recipe: architecture and init (what paper A's
+    reference code uses is named so), then the schedule (ours unless it is the
+    reference's constant lr 3e-4 with AdamW betas 0.9/0.999). Paper A's cells are
+    compared within one recipe."""
+    m, t = cell.model, cell.train
+    reference = m.init == "paper_a" and m.ffn == "swiglu" and t.decay_on == "all"
+    arch = ("paper A's reference architecture and init" if reference else "ours")
+    arch += f" (init {m.init}, {m.ffn}, decay on {t.decay_on})"
+    warm = f", warm-up {t.warmup_steps}" if t.warmup_steps else ""
+    theirs = t.schedule == "constant" and t.lr == 3e-4 and tuple(t.betas) == (0.9, 0.999)
+    return (f"{arch}; schedule {'paper A' if theirs else 'ours'} ({t.schedule} lr {t.lr:g}"
+            f"{warm}, betas {t.betas[0]:g}/{t.betas[1]:g})")
+
+
+def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str | None]:
+    """(main, second) of the paper B backbones: the one with the largest evaluation
+    depth R (model.loops; paper B's main setting, mean 8) and the one with the smallest
+    other R (its saturation test, mean 4); None where absent. The training mean follows
+    R (depth_mean), so this is also the order of the training means."""
+    by_depth = sorted(configs, key=lambda c: configs[c].model.loops)
+    if not by_depth:
+        return None, None
+    main, second = by_depth[-1], by_depth[0]
+    return main, second if configs[second].model.loops != configs[main].model.loops else None

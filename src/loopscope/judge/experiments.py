@@ -1,0 +1,130 @@
+"""Committed experiments: the verdicts of a `dvc exp run`, kept as data beside the
+default run's, so a report can show whether a verdict survives a change that should not
+move it (every seed list shifted by one, say).
+
+An experiment's outputs live in DVC's cache and its exp refs, which a clone does not
+carry; its verdicts are small. Right after `dvc exp run -n NAME -S ...` in a workspace
+(or after `dvc exp apply NAME`):
+
+    python -m loopscope.judge.experiments record NAME
+
+writes experiments/NAME.json: the params it changed against HEAD, the commit it ran on
+and its claims rows (tables/claims.json). The reports read every such file
+(verdict_columns); `flips` lists the verdicts that turned between holds and
+contradicted, which a change of seeds must never do.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from loopscope.base import paths
+from loopscope.base.errors import DataError, LoopscopeError, ParamsError
+from loopscope.base.files import write_json
+from loopscope.base.outputs import read_json
+
+EXPERIMENTS = Path("experiments")
+OPPOSITE = {"holds": "contradicted", "contradicted": "holds"}
+
+
+def changed_params(base: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
+                   ) -> dict[str, Any]:
+    """The dotted keys of `new` whose values differ from `base` (added ones too), as
+    `dvc exp run -S` would name them; a removed key maps to None."""
+    out: dict[str, Any] = {}
+    for key in sorted(set(base) | set(new), key=str):
+        a, b = base.get(key), new.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out.update(changed_params(a, b, f"{prefix}{key}."))
+        elif a != b:
+            out[f"{prefix}{key}"] = b
+    return out
+
+
+def _git(*args: str) -> str:
+    out = subprocess.run(["git", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise DataError(f"`git {' '.join(args)}` failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def record(name: str) -> Path:
+    """Write experiments/NAME.json from the workspace: the params changed against HEAD,
+    HEAD's commit and tables/claims.json. Refuses a workspace whose params equal HEAD's
+    (nothing was run) or whose claims were computed from other cells than params.yaml
+    holds (the claims stage is stale)."""
+    params = yaml.safe_load(paths.PARAMS.read_text())
+    changed = changed_params(yaml.safe_load(_git("show", "HEAD:params.yaml")), params)
+    if not changed:
+        raise ParamsError(f"{paths.PARAMS} equals HEAD's: no experiment in this workspace; "
+                          f"run `dvc exp apply {name}` (or the `dvc exp run`) first.")
+    lock = yaml.safe_load(Path("dvc.lock").read_text())
+    judged = lock["stages"]["claims"]["params"]["params.yaml"].get("cells")
+    if judged != params.get("cells"):
+        raise DataError("dvc.lock: the claims stage was computed from other cells than "
+                        f"{paths.PARAMS} holds; run `dvc repro claims` first.")
+    claims = read_json(paths.CLAIMS, "claims")
+    path = EXPERIMENTS / f"{name}.json"
+    write_json(path, {"experiment": name, "base_commit": _git("rev-parse", "HEAD").strip(),
+                      "params": changed,
+                      "claims": {p: claims[p] for p in ("paper_a", "paper_b")}})
+    return path
+
+
+def recorded() -> dict[str, dict[str, Any]]:
+    """Every committed experiment, by name."""
+    return {p.stem: json.loads(p.read_text())
+            for p in sorted(EXPERIMENTS.glob("*.json"))}
+
+
+def _key(row: Mapping[str, Any]) -> tuple[str, str]:
+    """A claims row's identity: the claim and its recipe group's first word."""
+    return row["claim"], (row.get("recipe") or "").split(" ")[0]
+
+
+def verdict_columns(default: list[dict[str, Any]],
+                    experiments: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
+    """A row per claim of the default run: its recipe group, the default's verdict and
+    each experiment's verdict for the same claim ("-" where it has no such row)."""
+    found = {name: {_key(r): r["verdict"] for r in rows_e}
+             for name, rows_e in experiments.items()}
+    return pd.DataFrame([{"claim": row["claim"], "group": _key(row)[1],
+                          "default": row["verdict"],
+                          **{name: v.get(_key(row), "-") for name, v in found.items()}}
+                         for row in default])
+
+
+def flips(table: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows of verdict_columns whose verdict turned between holds and contradicted
+    from the default to experiment `name`."""
+    turned = [OPPOSITE.get(a) == b for a, b in zip(table["default"], table[name],
+                                                    strict=True)]
+    return table[turned]
+
+
+def run_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """Per run (the default and each experiment): how many rows hold, are
+    contradicted, inconclusive or not shown."""
+    runs = [c for c in table.columns if c not in ("claim", "group")]
+    return (pd.DataFrame({r: table[r].value_counts() for r in runs}).fillna(0).astype(int)
+            .reindex(["holds", "contradicted", "inconclusive", "not shown"], fill_value=0))
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) == 2 and argv[0] == "record":
+        path = record(argv[1])
+        print(f"wrote {path}")
+    else:
+        raise LoopscopeError("usage: python -m loopscope.judge.experiments record NAME")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,269 @@
+"""Paper A's cells as its claims read them: one cell's measurements (CellA), a recipe
+group of cells with the resamples every claim of the group shares (GroupA, so cells are
+compared paired), and the seed rule that a verdict resting on a cell of two seeds must
+hold on each seed alone (on_each_seed). The claims are loopscope.judge.paper_a.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loopscope.judge.verdicts import Claim
+from loopscope.measure.intervals import Documents, Interval
+
+
+@dataclass
+class CellA:
+    """What paper A's claims read of one cell: its group (loopscope.judge.cells.cell_group),
+    loss placement, readout, recipe (a label: cells are compared within a recipe),
+    training depth K; the per-token table of diagnose (tables/diagnose: doc, and per
+    loop ce_k, norm_k, cos_k, floor_k) and the per-document depth sweep (tables/sweep);
+    metrics/clamp (per mode, delta_ce_last as an interval); inference tokens/s and FLOPs
+    per token at each depth (metrics/throughput). Rows of both tables carry the run
+    (seed) they come from: intervals resample a cell's seeds as well as documents."""
+
+    group: str
+    loss: str
+    readout: str
+    recipe: str
+    loops: int
+    tokens: pd.DataFrame
+    sweep: pd.DataFrame
+    clamp: dict[str, Any]
+    tokens_per_s: dict[str, float]
+    flops_per_token: dict[str, float]
+    unit: str = "document"  # what the tables' doc column holds (loopscope.measure.units)
+    control: str = ""  # a scale-controlled cell's control (loopscope.judge.cells.control)
+    d_model: int = 0  # the state's width (0: unknown; the activity lemma needs it)
+
+    @property
+    def last(self) -> str:
+        return f"k{self.loops}"
+
+    @property
+    def seeds(self) -> int:
+        return int(self.tokens["seed"].nunique()) if "seed" in self.tokens else 1
+
+    def col(self, name: str, k: int | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(docs, values, runs) of a per-token column at loop k (default: K); runs: the
+        seed of each token's run (None: one run)."""
+        return (self.tokens["doc"].to_numpy(),
+                self.tokens[f"{name}_{self.loops if k is None else k}"].to_numpy(),
+                _runs(self.tokens))
+
+
+def _runs(table: pd.DataFrame) -> np.ndarray | None:
+    return table["seed"].to_numpy() if "seed" in table else None
+
+
+def _sweep_means(docs: Documents, sweep: pd.DataFrame, key: str, name: str,
+                 loops: range) -> np.ndarray:
+    """Per loop k in loops (rows) and per draw (columns): the mean over tokens of a
+    sweep column name_k, from a per-document (and run) sweep table of the cell key."""
+    d, runs = sweep["doc"].to_numpy(), _runs(sweep)
+    n = docs.total(d, sweep["tokens"].to_numpy(), runs, key)
+    return np.stack([docs.total(d, sweep[f"{name}_{k}"].to_numpy(), runs, key) / n
+                     for k in loops])
+
+
+def sweep_depth(sweep: pd.DataFrame) -> int:
+    return max(int(c.rsplit("_", 1)[1]) for c in sweep.columns if c.startswith("scale_"))
+
+
+def _lemma2_draws(docs: Documents, sweep: pd.DataFrame, key: str
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per draw: the angular 1/s law's across-loop slope (log mean step_k on log mean
+    s_k-1, loops 2..L), the scale growth s_L / s_1, and how far the angular step
+    shrinks over the sweep, log(step_L / step_2)."""
+    depth = sweep_depth(sweep)
+    scale = _sweep_means(docs, sweep, key, "scale", range(1, depth + 1))
+    step = _sweep_means(docs, sweep, key, "step", range(2, depth + 1))
+    x, y = np.log(scale[:-1]), np.log(step)
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    slope = (xc * yc).sum(0) / np.maximum((xc * xc).sum(0), 1e-300)
+    return slope, scale[-1] / scale[0], y[-1] - y[0]
+
+
+CONTROLS = ("raw readout", "norm penalty", "inter-loop norm")  # the design rule's three
+
+
+@dataclass
+class GroupA:
+    """One recipe's paper A cells as the claims read them: the per-loop normed baseline,
+    the scale-controlled cells (per-loop ones apart), the per-loop raw cell, and the
+    resamples shared by every claim of the report (so cells are paired). used: the
+    cells a claim has read so far (resampled() names their seeds)."""
+
+    cells: dict[str, CellA]
+    recipe: str | None
+    docs: Documents
+    margin: float
+    used: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, cells: dict[str, CellA], docs: Documents, margin: float,
+           recipe: str | None = None) -> GroupA:
+        """The cells of one recipe (default: the first per-loop normed cell's)."""
+        if recipe is None:
+            normed = [v for v in cells.values()
+                      if v.group == "normed baseline" and v.loss == "per_loop"]
+            recipe = normed[0].recipe if normed else None
+        return cls({c: v for c, v in cells.items() if v.recipe == recipe}, recipe, docs,
+                   margin)
+
+    @property
+    def normed(self) -> str | None:
+        return next((c for c, v in self.cells.items()
+                     if v.group == "normed baseline" and v.loss == "per_loop"), None)
+
+    @property
+    def controls(self) -> list[str]:
+        return [c for c, v in self.cells.items() if v.group == "scale-controlled"]
+
+    @property
+    def per_loop_controls(self) -> list[str]:
+        return [c for c in self.controls if self.cells[c].loss == "per_loop"]
+
+    @property
+    def raw(self) -> str | None:
+        return next((c for c in self.per_loop_controls if self.cells[c].readout == "raw"),
+                    None)
+
+    def cell(self, c: str) -> CellA:
+        """Cell c, recorded as read by the claim being judged."""
+        self.used.add(c)
+        return self.cells[c]
+
+    def mean(self, c: str, name: str, k: int | None = None) -> np.ndarray:
+        """Per draw: the mean of a per-token column of cell c at loop k (default K)."""
+        return self.docs.mean(*self.cell(c).col(name, k), key=c)
+
+    def quantile(self, c: str, name: str, k: int, q: float) -> np.ndarray:
+        """Per draw: the q-quantile of a per-token column of cell c at loop k."""
+        d, v, runs = self.cell(c).col(name, k)
+        return self.docs.quantile(d, v, q, runs, c)
+
+    def share_above(self, c: str, factor: float) -> np.ndarray:
+        """Per draw: the share of cell c's tokens whose final-loop norm is above factor x
+        the cell's median final-loop norm (the median of the sample, held fixed)."""
+        d, v, runs = self.cell(c).col("norm")
+        return self.docs.mean(d, (v > factor * np.median(v)).astype(np.float64), runs, c)
+
+    def steps(self, c: str, family: int = 1) -> dict[int, Interval]:
+        """CE(k+1) - CE(k) of cell c for k = 1..K-1, each with its interval (at the
+        Bonferroni level of a family of `family` comparisons)."""
+        return {k: self.docs.interval(self.mean(c, "ce", k + 1) - self.mean(c, "ce", k),
+                                      family)
+                for k in range(1, self.cells[c].loops)}
+
+    def worse_last(self, c: str) -> str:
+        """Where cell c's last loop is worse than its best one, a phrase that says so."""
+        means = {k: self.mean(c, "ce", k) for k in range(1, self.cells[c].loops + 1)}
+        best = min(means, key=lambda k: means[k][0])
+        last = self.cells[c].loops
+        if best == last:
+            return ""
+        return (f" (last loop worse than loop {best}: CE(K) - CE({best}) "
+                f"{self.docs.interval(means[last] - means[best])})")
+
+    def controls_named(self) -> str:
+        """The group's scale-controlled cells with their controls, and the controls of
+        the design rule the group lacks (where the cells say what they are)."""
+        named = ", ".join(f"{c} ({self.cells[c].control})" if self.cells[c].control else c
+                          for c in self.controls)
+        known = [self.cells[c].control for c in self.controls if self.cells[c].control]
+        lacks = [k for k in CONTROLS if known and not any(k in have for have in known)]
+        return named + (f"; this group has no {' and no '.join(lacks)} cell" if lacks else "")
+
+    def lemma2(self, c: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return _lemma2_draws(self.docs, self.cell(c).sweep, c)
+
+    def activity(self, c: str) -> np.ndarray | None:
+        """Per loop k = 1..K (rows) and per draw: the radial share of loop k's update
+        of cell c, a / sqrt(1 + a^2) with a = |radial displacement| / angular
+        displacement, both means over tokens of the depth sweep: sqrt(d) |s_k - s_k-1|
+        and s_k-1 ||u_k - u_k-1|| (s the RMS of H, u = H / s; ||H|| = sqrt(d) s). 1 for
+        a purely radial update, 0 for a purely angular one. None where the width is not
+        known."""
+        x = self.cell(c)
+        if not x.d_model:
+            return None
+        loops = range(1, x.loops + 1)
+        radial = np.sqrt(x.d_model) * np.abs(
+            _sweep_means(self.docs, x.sweep, c, "radial", loops))
+        a = radial / _sweep_means(self.docs, x.sweep, c, "step_x_scale", loops)
+        return a / np.sqrt(1 + a * a)
+
+    def gain(self, c: str) -> np.ndarray:
+        """Per draw: CE(1) - CE(K), what depth buys the cell."""
+        return self.mean(c, "ce", 1) - self.mean(c, "ce")
+
+    def resampled(self) -> str:
+        """What the intervals of the claim just judged resample: units, and seeds per
+        cell read; a cell trained once makes the interval conditional on that model."""
+        kinds = sorted({self.cells[c].unit for c in self.used}) or ["document"]
+        units = f"{len(self.docs.ids)} units ({', '.join(kinds)})"
+        one = sorted(c for c in self.used if self.cells[c].seeds < 2)
+        many = sorted({self.cells[c].seeds for c in self.used} - {1})
+        seeds = f" x seeds ({'/'.join(map(str, many))} per cell)" if many else ""
+        if one:
+            seeds += (f"; one seed for {', '.join(one)}: conditional on that trained model")
+        return units + seeds
+
+
+def recipes(cells: dict[str, CellA]) -> list[str]:
+    """The recipes with a per-loop normed cell, in the cells' order: each is a group
+    paper A's claims are judged in."""
+    return list(dict.fromkeys(v.recipe for v in cells.values()
+                              if v.group == "normed baseline" and v.loss == "per_loop"))
+
+
+def resamples_of(cells: dict[str, CellA], resamples: int) -> Documents:
+    return Documents(np.concatenate([v.tokens["doc"].to_numpy() for v in cells.values()])
+                     if cells else np.zeros(1), resamples)
+
+
+# A seed-level bootstrap over fewer seeds than this has too few distinct draws (two
+# seeds: three) to carry training noise: a verdict must then also hold on each seed.
+FEW_SEEDS = 3
+
+
+def _seed(cell: CellA, i: int) -> CellA:
+    """The cell restricted to its i-th seed's run (a cell with one run as it is)."""
+    if cell.seeds < 2:
+        return cell
+    seed = sorted(cell.tokens["seed"].unique())[i % cell.seeds]
+    return dataclasses.replace(
+        cell, tokens=cell.tokens[cell.tokens["seed"] == seed].reset_index(drop=True),
+        sweep=cell.sweep[cell.sweep["seed"] == seed].reset_index(drop=True))
+
+
+def on_each_seed(claim: Claim, judge: Any, cells: dict[str, CellA], used: set[str],
+                  docs: Documents, margin: float, recipe: str | None) -> None:
+    """The seed rule: where a cell the claim read has 2 to FEW_SEEDS - 1 seeds, a
+    verdict (and magnitude) that holds or is contradicted stands only if each seed's
+    own judgement agrees; otherwise it is inconclusive, and the value says why."""
+    few = [c for c in used if 1 < cells[c].seeds < FEW_SEEDS]
+    if not few:
+        return
+    n = max(cells[c].seeds for c in few)
+    alone = [judge(GroupA.of({c: _seed(v, i) for c, v in cells.items()}, docs, margin,
+                             recipe)) for i in range(n)]
+    seen = "/".join(f"{a.verdict}" for a in alone)
+    if claim.verdict in ("holds", "contradicted") and any(
+            a.verdict != claim.verdict for a in alone):
+        claim.verdict = "inconclusive"
+        claim.value += f"; not on each seed alone ({seen})"
+    if claim.magnitude in ("holds", "contradicted") and any(
+            a.magnitude != claim.magnitude for a in alone):
+        claim.magnitude = "inconclusive"
+        each = "/".join(a.magnitude for a in alone)
+        claim.value += f"; magnitude not on each seed alone ({each})"
+    claim.resampled += (f"; under {FEW_SEEDS} seeds ({', '.join(sorted(few))}): "
+                        f"decided only where each seed alone agrees ({seen})")

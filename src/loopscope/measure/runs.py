@@ -1,0 +1,177 @@
+"""The trained runs of a cell, ready to measure.
+
+A cell trains once per seed; every stage that measures a cell (extract, diagnose,
+clamp, ...) measures each run on the same validation windows, on the device the cell
+trained on, in fp32 whatever precision it trained in (loopscope.weights.compute), and pools the
+runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from loopscope.base import paths
+from loopscope.base.errors import CheckpointError, DataError
+from loopscope.measure.units import MIN_UNITS, blocks, resampling_units, window_surprisal
+from loopscope.weights import compute
+from loopscope.weights.checkpoint import load_model
+from loopscope.weights.config import CellConfig
+from loopscope.weights.data import (
+    check_context,
+    document_ids,
+    load_meta,
+    load_tokenizer,
+    load_tokens,
+    window_sets,
+    windows_at,
+)
+from loopscope.weights.model import LoopedLM
+from loopscope.weights.tokenizer import EOS
+
+SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
+@dataclass
+class Windows:
+    """Validation windows (inputs, targets on the run's device), where they start, the
+    resampling unit of each (loopscope.measure.units), and their initial states (None: H_0 is
+    the embedding)."""
+
+    x: Tensor
+    y: Tensor
+    starts: np.ndarray
+    docs: np.ndarray
+    h0: Tensor | None
+    unit: str = "document"
+
+    def token_docs(self) -> np.ndarray:
+        """The resampling unit of every token, in reading order (for intervals)."""
+        return np.repeat(self.docs, self.x.shape[1])
+
+
+@dataclass
+class Run:
+    """One trained run of a cell: its tag (seed<N>), the model in eval mode on the run's
+    device, its config, the validation inputs and targets on that device, and their
+    initial states (None: H_0 is the embedding; see initial_states).
+
+    trained is how the run trained (device and precision): the throughput stage times it
+    so. compute is how every other stage measures it: the same device, in fp32."""
+
+    tag: str
+    model: LoopedLM
+    cell: CellConfig
+    x: Tensor
+    y: Tensor
+    trained: compute.Compute
+    val: Tensor  # every validation token, on the CPU
+    h0: Tensor | None = None
+    docs: np.ndarray | None = None  # the resampling unit of each of x's windows
+    unit: str = "document"  # what a unit is (loopscope.measure.units)
+
+    @property
+    def compute(self) -> compute.Compute:
+        return self.trained.exact()
+
+    token_docs = Windows.token_docs  # the resampling unit of every token of x
+
+    def window_sets(self, per_set: int, what: str) -> dict[str, Windows]:
+        """Paper B's three sets of `per_set` windows each (probe training, threshold
+        choice, report), from disjoint documents (document_window_sets), the same
+        for every cell and seed; what: the param behind per_set, for errors."""
+        eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
+        starts = document_window_sets(self.val, eos, self.cell.model.context, per_set,
+                                      len(SETS), what)
+        out = {}
+        for name, at in zip(SETS, starts, strict=True):
+            x, y = windows_at(self.val, self.cell.model.context, at)
+            h0 = initial_states(self.model, at, self.cell.train.seed)
+            units = resampling_units(document_ids(self.val, eos, at), at,
+                                     window_surprisal(self.val.numpy(), at,
+                                                      self.cell.model.context), MIN_UNITS)
+            out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
+                                units.ids, h0, units.name)
+        return out
+
+
+def document_window_sets(tokens: Tensor, eos_id: int, context: int, per_set: int,
+                         sets: int, what: str) -> list[np.ndarray]:
+    """Start offsets of `sets` sets of `per_set` non-overlapping windows each, drawn from
+    disjoint documents: document j (in split order) belongs to set j mod sets, and a
+    window to the document it starts in (document_ids). Windows of one document are
+    correlated, so sets that shared documents would not be independent: a threshold
+    chosen on one set and measured on another would be measured on what it was chosen
+    on. A corpus of fewer documents than sets deals out blocks of consecutive windows
+    instead (MIN_UNITS per set). Within a set the windows are spread evenly over its
+    documents' windows. what: the param that sets per_set, for the error when a set
+    runs short."""
+    slots = np.arange((len(tokens) - 1) // context, dtype=np.int64) * context
+    owner = document_ids(tokens, eos_id, slots)
+    if len(np.unique(owner)) < sets:
+        owner = blocks(owner, slots, max(1, len(slots) // (sets * MIN_UNITS)))
+    owner = owner % sets
+    out = []
+    for i in range(sets):
+        mine = slots[owner == i]
+        if per_set > len(mine):
+            raise DataError(
+                f"{what} is {per_set}: {sets} sets of that many windows from disjoint "
+                f"documents need {per_set} windows of {context} tokens in every set, but "
+                f"set {i + 1}'s documents hold {len(mine)}; lower {what} or use a longer "
+                "validation split.")
+        out.append(mine[np.floor(np.linspace(0, len(mine), per_set, endpoint=False))
+                        .astype(np.int64)])
+    return out
+
+
+@torch.no_grad()
+def initial_states(model: LoopedLM, starts: np.ndarray, seed: int) -> Tensor | None:
+    """H_0 of each window for a noise state_init, drawn from a generator seeded by the
+    run's seed and the window's start, so every stage and the runtime see the same
+    H_0 for the same window; None for an embedding state_init."""
+    if model.cfg.state_init == "embed":
+        return None
+    weight = next(model.parameters())
+    shape = (1, model.cfg.context, model.cfg.d_model)
+    rows = []
+    for start in starts.tolist():
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + int(start))
+        rows.append(model.initial_state(torch.empty(shape), gen))
+    return torch.cat(rows).to(weight.device)
+
+
+def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences"
+                 ) -> Iterator[Run]:
+    """Each trained run of cell `name`, with val_sequences validation windows as data,
+    spread evenly over the whole split (every document contributes) and the same for
+    every cell and seed; what: the param behind val_sequences, for errors.
+
+    Seeds torch with the run's seed before yielding; a noise initial state comes from
+    initial_states, the same in every stage for the same window. Bounds the heap first
+    (compute.tune_heap): every measuring stage starts here.
+    """
+    compute.tune_heap("measure")
+    files = paths.run_files(name)
+    if not files:
+        raise CheckpointError(f"{paths.model_dir(name)}/: no trained runs; run "
+                              f"`dvc repro train@{name}`.")
+    tokens = torch.from_numpy(load_tokens(paths.PREPARED, "val"))
+    eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
+    for path in files:
+        model, cell = load_model(path)
+        run_on = compute.resolve(cell.train)
+        torch.manual_seed(cell.train.seed)
+        torch.set_num_threads(cell.train.threads)
+        model.to(run_on.device)
+        context = cell.model.context
+        check_context(load_meta(paths.PREPARED), context)
+        (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
+        x, y = windows_at(tokens, context, starts)
+        units = resampling_units(document_ids(tokens, eos, starts), starts,
+                                 window_surprisal(tokens.numpy(), starts, context))
+        yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device),
+                  run_on, tokens, initial_states(model, starts, cell.train.seed),
+                  units.ids, units.name)

@@ -1,0 +1,211 @@
+"""The helpers every figure of the report notebooks shares, so that every figure reads
+the same way: `cell_palette` (one distinct colour per cell), `loop_axis` (a log axis of
+loop counts labelled 1, 2, 4, 8, ... instead of crowded minor labels) and `finish`,
+which every plotting cell calls and which fails the report if two tick labels on one
+axis overlap (`overlapping_tick_labels`). Per-loop metrics are drawn in loop order
+through loopscope.base.outputs.loop_order; what the figures draw is computed in
+loopscope.render.report_tables.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.axis import Axis
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogFormatterSciNotation,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    NullLocator,
+)
+
+
+def cell_palette(cells: Iterable[str]) -> dict[str, tuple[float, float, float]]:
+    """One colour per cell, none repeated up to 20 cells: tab10 first (what seaborn
+    users expect), then tab20b's dark navy, olive, gold, red and plum, then their next
+    shades. tab10 alone repeats after ten cells, so a run of fourteen gave two cells one
+    colour the legend could not tell apart; tab20's light shades would tell them apart
+    but draw the last cells (paper B's backbones, as params.yaml lists them) pale."""
+    tab10, tab20b = colormaps["tab10"], colormaps["tab20b"]
+    colours = ([tab10(i)[:3] for i in range(10)] + [tab20b(i)[:3] for i in range(0, 20, 4)]
+               + [tab20b(i)[:3] for i in range(1, 20, 4)])
+    cells = list(cells)
+    if len(cells) > len(colours):
+        raise ValueError(f"{len(cells)} cells: more than the {len(colours)} distinct colours "
+                         "a legend can tell apart; split the figure.")
+    return dict(zip(cells, colours, strict=False))
+
+
+def loop_axis(ax: Axes, axis: str = "x") -> None:
+    """Make `axis` of ax a log axis of loop counts (depth, loop index): base 2, labelled
+    1, 2, 4, 8, 16, 32 as plain integers, no minor labels.
+
+    Loop counts are powers of two in this project (R = 4, 8; sweeps to 4R), and
+    matplotlib's default base-10 log axis over 2..32 labels its minor ticks
+    2x10^0, 3x10^0, ..., whose labels collide."""
+    which: Axis = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
+    which.set_major_locator(LogLocator(base=2))
+    which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    which.set_minor_locator(NullLocator())
+    which.set_minor_formatter(NullFormatter())
+
+
+class TickLabelOverlap(ValueError):
+    """Two visible tick labels on one axis of a report figure overlap."""
+
+
+def _visible_tick_labels(axis: Axis) -> list[Text]:
+    """The tick labels drawn on axis: major and minor, both sides, with text, at a
+    tick inside the view interval (matplotlib keeps labels for ticks outside it, which
+    it does not draw)."""
+    lo, hi = sorted(axis.get_view_interval())
+    eps = 1e-9 * (hi - lo)
+    out = []
+    for locs, ticks in ((axis.get_majorticklocs(), axis.get_major_ticks),
+                        (axis.get_minorticklocs(), axis.get_minor_ticks)):
+        for loc, tick in zip(locs, ticks(len(locs)), strict=True):
+            if not lo - eps <= loc <= hi + eps:
+                continue
+            out += [label for label in (tick.label1, tick.label2)
+                    if label.get_visible() and label.get_text().strip()]
+    return out
+
+
+def _label_corners(label: Text) -> np.ndarray:
+    """The four corners (pixels) of a label's rotated text box.
+
+    get_window_extent is the axis-aligned box around the rotated text: for labels
+    rotated 45 degrees neighbouring boxes overlap although the text does not, so the
+    check uses the rotated box itself: its size unrotated, its centre (the centre of
+    the axis-aligned box, whatever the alignment) and its angle."""
+    angle = label.get_rotation()
+    centre = np.asarray(label.get_window_extent().corners()).mean(axis=0)
+    label.set_rotation(0)
+    try:
+        flat = label.get_window_extent()
+    finally:
+        label.set_rotation(angle)
+    w, h = flat.width / 2, flat.height / 2
+    t = math.radians(angle)
+    rot = np.array([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]])
+    box = np.array([[-w, -h], [w, -h], [w, h], [-w, h]])
+    return box @ rot.T + centre
+
+
+def _boxes_overlap(a: np.ndarray, b: np.ndarray, tolerance_px: float) -> bool:
+    """Whether two rectangles (4 corners each) overlap by more than tolerance_px on
+    every one of their edge normals (the separating axis test: rectangles that do not
+    overlap have a gap on one of them)."""
+    for poly in (a, b):
+        for i in range(2):
+            edge = poly[i + 1] - poly[i]
+            norm = np.hypot(*edge)
+            if norm == 0:
+                continue
+            n = np.array([-edge[1], edge[0]]) / norm
+            pa, pb = a @ n, b @ n
+            if min(pa.max(), pb.max()) - max(pa.min(), pb.min()) <= tolerance_px:
+                return False
+    return True
+
+
+def _shown(label: Text) -> str:
+    """A tick label's text as a reader sees it: matplotlib writes log labels as
+    mathtext, "$\\mathdefault{3\\times10^{0}}$" for 3x10^0."""
+    text = label.get_text()
+    inner = re.fullmatch(r"\$\\mathdefault\{(.*)\}\$", text)
+    if inner is None:
+        return text
+    return re.sub(r"\^\{([^}]*)\}", r"^\1", inner.group(1).replace("\\times", "x"))
+
+
+def _axis_overlaps(axis: Axis, tolerance_px: float) -> list[tuple[Text, Text]]:
+    """The pairs of visible tick labels of one axis whose rendered text boxes overlap
+    (the figure drawn already)."""
+    labels = _visible_tick_labels(axis)
+    boxes = [_label_corners(label) for label in labels]
+    return [(labels[j], labels[k]) for j in range(len(labels))
+            for k in range(j + 1, len(labels))
+            if _boxes_overlap(boxes[j], boxes[k], tolerance_px)]
+
+
+def thin_tick_labels(fig: Figure, tolerance_px: float = 0.5) -> None:
+    """Where the automatic ticks of an axis get labels that overlap, use fewer ticks.
+
+    Which axes crowd depends on the data, not on the report's code: matplotlib labels
+    the minor ticks of a log axis that spans about a decade or less (4x10^-1,
+    6x10^-1, ...), and a linear axis of large numbers (tokens/s of a small run) gets
+    long labels at its usual spacing. A log axis then labels its decades only, or 1, 2
+    and 5 of each where it spans less than two; a linear one halves its ticks until they
+    fit. Ticks a report placed itself (categories, loop_axis) are left as they are, for
+    check_tick_labels to report."""
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if not _axis_overlaps(axis, tolerance_px):
+                continue
+            if axis.get_scale() == "log":
+                axis.set_minor_formatter(NullFormatter())
+                lo, hi = sorted(axis.get_view_interval())
+                if lo > 0 and math.log10(hi / lo) < 2:
+                    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                    axis.set_major_formatter(LogFormatterSciNotation(labelOnlyBase=False))
+                fig.draw_without_rendering()
+                continue
+            if not isinstance(axis.get_major_locator(), MaxNLocator):
+                continue
+            n = len(_visible_tick_labels(axis))
+            while n > 2 and _axis_overlaps(axis, tolerance_px):
+                n = max(2, n // 2)
+                axis.set_major_locator(MaxNLocator(nbins=n, steps=[1, 2, 2.5, 5, 10]))
+                fig.draw_without_rendering()
+
+
+def overlapping_tick_labels(fig: Figure, tolerance_px: float = 0.5
+                            ) -> list[tuple[str, str, str]]:
+    """Every pair of visible tick labels on one axis of fig whose rendered text boxes
+    overlap (by more than tolerance_px): (which axis, one label, the other).
+
+    Draws the figure first (as fig.canvas.draw() would, with whatever canvas fig has):
+    tick labels get their text and size only when drawn."""
+    fig.draw_without_rendering()
+    found = []
+    for i, ax in enumerate(fig.axes):
+        name = ax.get_title() or ax.get_label() or f"axes {i}"
+        for letter, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            found += [(f"{name!r} {letter} axis", _shown(a), _shown(b))
+                      for a, b in _axis_overlaps(axis, tolerance_px)]
+    return found
+
+
+def check_tick_labels(fig: Figure) -> None:
+    """Raise TickLabelOverlap naming each pair of overlapping tick labels in fig.
+
+    A report is read, not inspected: labels drawn over each other are unreadable, and
+    nobody looks at every figure of every run, so the report fails instead."""
+    found = overlapping_tick_labels(fig)
+    if found:
+        pairs = "; ".join(f"{where}: {a!r} and {b!r}" for where, a, b in found)
+        raise TickLabelOverlap(f"tick labels overlap: {pairs}. Thin the ticks (e.g. "
+                               "loopscope.render.figures.loop_axis for loop counts), rotate or "
+                               "shorten the labels, or widen the figure.")
+
+
+def finish(fig: Figure, layout: bool = True) -> Figure:
+    """The last step of every report figure: tight layout (legends placed outside the
+    axes included), thin_tick_labels, then check_tick_labels. Returns fig, for plt.show()."""
+    if layout:
+        fig.tight_layout()
+    thin_tick_labels(fig)
+    check_tick_labels(fig)
+    return fig
