@@ -35,11 +35,13 @@ setup: $(STAMP)
 data: $(STAMP)
 	$(BIN)/python -m loopscope.weights.corpus
 
-# The estimate first (a few seconds: a matmul probe on this machine), then the run;
-# afterwards `python -m loopscope.base.timings` prints what each stage really took.
+# The estimate first (a few seconds: a matmul probe on this machine), then the run, then
+# README's timings block: what each stage really took (`python -m loopscope.base.timings`
+# itemizes it).
 repro: data
 	$(BIN)/python -m loopscope.tools.plan params.yaml --brief
 	$(BIN)/dvc repro
+	$(BIN)/python -m loopscope.render.summary timings
 
 depth: data
 	$(BIN)/python -m loopscope.tools.levers queue

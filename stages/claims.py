@@ -1,25 +1,34 @@
 """Stage claims: every verdict of both papers, judged once, as data.
 
 Writes tables/claims.json (loopscope.judge.claims.judge): paper A's claims in each recipe
-group and paper B's, each row with its criterion, value, interval and verdict; the
-verdict counts; and what the recipe does to paper A's drift magnitude. The reports
-render it; `dvc exp run` keeps one per experiment, so a run with other seeds compares
-claim by claim (`git diff` or `dvc exp diff` on this file).
+group and paper B's, each row a record with its id, criterion, estimate and interval,
+verdicts and the specification curve over the criteria's free parameters; and
+metrics/claims.json, the headline verdict counts of each paper's findings, so that
+`dvc exp show` and `dvc metrics diff` compare verdicts across experiments.
 """
 
-from loopscope.base.files import write_json
-from loopscope.base.paths import CLAIMS
-from loopscope.judge.claims import judge
-from loopscope.judge.params import load
+from dataclasses import fields
 
-READS = ("cells", "policies.cells", "claims.margin_nats", "diagnose.bootstrap")
+from loopscope.base import paths
+from loopscope.base.files import write_json
+from loopscope.judge.claims import judge
+from loopscope.judge.params import ClaimsConfig, load
+
+READS = ("cells", "policies.cells", "diagnose.bootstrap",
+         "claims.margin_nats", "claims.gain_share", "claims.leading_share",
+         "claims.tail_factor", "claims.tail_share", "claims.slope_band",
+         "claims.flat_nats", "claims.regime", "claims.tail_floor", "claims.tail_band",
+         "claims.kl_factor", "claims.median_band", "claims.a2_share",
+         "claims.noninferiority_nats", "claims.floor_decades", "claims.contrast_decades")
 
 
 def main() -> None:
     params = load(READS)
-    found = judge(list(params.cells), list(params.policies.cells),
-                  params.claims.margin_nats, params.diagnose.bootstrap)
-    write_json(CLAIMS, found)
+    values = {f.name: getattr(params.claims, f.name) for f in fields(ClaimsConfig)}
+    found = judge(list(params.cells), list(params.policies.cells), values,
+                  params.diagnose.bootstrap)
+    write_json(paths.CLAIMS, found)
+    write_json(paths.CLAIM_COUNTS, found["counts"])
     print("claims: " + "; ".join(
         f"{paper} " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         for paper, counts in found["counts"].items()))

@@ -1,7 +1,7 @@
 """Stage convergence@<cell>: paper B's per-token convergence of every cell.
 
 Runs each trained run of the cell to uniform depth convergence.depth_factor x R (R:
-the training depth) on the `report` windows, reading out every loop, and writes
+the evaluation depth, model.loops) on the `report` windows, reading out every loop, and writes
 metrics/convergence/<cell>.json (elasticity, KL and state change per loop, the
 convergence loop and A1's exit loop overall and by token type, saturation, each with
 its interval, and A1's exits capped at the maximum depth: the cross-analysis with
@@ -36,7 +36,7 @@ from loopscope.measure.save import write_outputs
 from loopscope.weights.data import load_tokenizer
 
 READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows",
-         "convergence.tolerance", "convergence.useful_share", "convergence.sensitivity_nats",
+         "convergence.useful_share", "convergence.sensitivity_nats",
          "convergence.sensitivity_shares", "convergence.bootstrap", "convergence.batch_size",
          "policies.cross_epsilon")
 

@@ -1,4 +1,4 @@
-"""Stage diagnose@<cell>: one depth sweep per trained run, to diagnose.loops loops, on
+"""Stage diagnose@<cell>: one depth sweep per trained run, to diagnose.sweep_depth loops, on
 diagnose.val_sequences windows spread over the whole validation split: perplexity at
 each depth through each loop's own readout, norm statistics, radial gradient fraction
 (per token and per batch, beside RMSNorm's eps floor), and Lemma 2's angular step times
@@ -17,7 +17,8 @@ see loopscope.measure.sweep.Measured and loopscope.measure.units) and tables/swe
 cell's runs; `ppl_at_depth_sd` / `norm_mean_sd` give the spread, and the claims'
 intervals resample the seeds too. metrics/clamp/<cell>.json: per mode, delta_ce per loop
 (pooled over seeds) and at the last loop its 95% interval from resampling units and
-seeds (diagnose.bootstrap).
+seeds (diagnose.bootstrap), and each seed's alone; tables/clamp/<cell>.parquet: the change
+at the last loop per token and seed, which the claims resample with the rest.
 """
 
 import sys
@@ -29,6 +30,7 @@ from loopscope.measure.clamp import (
     clamp_headline,
     clamp_metrics,
     clamp_run,
+    clamp_table,
     unclamped_ce,
 )
 from loopscope.measure.params import load
@@ -38,7 +40,7 @@ from loopscope.measure.sweep import Measured, diagnose_headline, measure, summar
 from loopscope.measure.units import Units
 from loopscope.preflight import memory
 
-READS = ("diagnose.val_sequences", "diagnose.batch_size", "diagnose.loops",
+READS = ("diagnose.val_sequences", "diagnose.batch_size", "diagnose.sweep_depth",
          "diagnose.bootstrap")
 
 
@@ -50,7 +52,8 @@ def main(name: str) -> None:
         trained.append(r)
         memory.check_forward(r.cell, r.compute, params.batch_size, "diagnose.batch_size",
                              "diagnose", reads=False, n_params=r.model.num_params())
-        m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.loops, r.h0)
+        m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.sweep_depth,
+                    r.h0)
         runs.append(m.of_run(r.cell.train.seed, Units(r.docs, r.unit)))
     metrics, pooled = summarize_runs(runs)
     write_outputs("diagnose", name, metrics, {"diagnose": pooled.tokens, "sweep": pooled.sweep})
@@ -64,7 +67,7 @@ def main(name: str) -> None:
         clamped.append(clamp_run(r.model, r.x, r.y, r.h0, params.batch_size, unclamped,
                                  seed, docs))
     clamp = clamp_metrics(clamped, params.bootstrap)
-    write_outputs("clamp", name, clamp)
+    write_outputs("clamp", name, clamp, {"clamp": clamp_table(clamped)})
     print(f"clamp {name}: {clamp_headline(clamp)}")
 
 

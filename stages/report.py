@@ -7,23 +7,16 @@ from loopscope.render.params import load
 from loopscope.render.report import render
 from loopscope.weights.config import load_cell
 
-# The keys each report reads: paper A's reports show their verdicts' margin and resamples
-READS = {"blind_spot": ("cells", "policies.cells", "report.timeout_s", "claims.margin_nats",
-                        "diagnose.bootstrap"),
-         "convergence": ("cells", "policies.cells", "report.timeout_s"),
-         "index": ("cells", "policies.cells", "report.timeout_s", "claims.margin_nats",
-                   "diagnose.bootstrap")}
+# The keys every report reads (the criteria's values come from tables/claims.json)
+READS = ("cells", "policies.cells", "report.timeout_s")
 
 
 def main(name: str) -> None:
-    params = load(READS[name])
+    params = load(READS)
     configs = [load_cell(paths.config_file(c)) for c in params.cells]
     notebook = {"cells": list(params.cells),  # the seeds every cell's runs used
                 "seeds": sorted({s for c in configs for s in c.seeds}),
                 "policy_cells": list(params.policies.cells)}
-    if name != "convergence":  # paper A's verdicts: their margin and resamples
-        notebook.update(margin_nats=params.claims.margin_nats,
-                        bootstrap=params.diagnose.bootstrap)
     render(paths.report_template(name), paths.report_html(name), notebook,
            params.report.timeout_s)
     print(f"report: {paths.report_html(name)}")

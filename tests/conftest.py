@@ -92,6 +92,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item._id = NodeId.parse(item.nodeid + suffix)
 
 
+@pytest.fixture
+def paper_a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory holding two constructed paper A cells (report_data)."""
+    from report_data import write_paper_a_cells
+    monkeypatch.chdir(tmp_path)
+    write_paper_a_cells()
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def reproduced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The micro pipeline with micro.SEEDS (every cell trains twice), `dvc repro` from

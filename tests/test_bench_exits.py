@@ -71,7 +71,7 @@ def test_exit_benchmark_refuses_fewer_than_3_rounds():
 
 
 def test_only_rules_that_exit_before_the_cap_are_timed():
-    metrics = {"reference_depth": 4,
+    metrics = {"r": 4,
                "kl": {"matched": True, "threshold": 1e-3, "mean_loops": 2.5},
                "latent-diff": {"matched": True, "threshold": 0.0, "mean_loops": 4.0},
                "cosine": {"matched": False}}

@@ -132,7 +132,7 @@ def test_measure_tables_agree_with_the_forward_pass():
     x, y = data()
     m = model(readout="final_norm")
     docs = np.array([0, 0, 1, 1, 2, 2])
-    got = measure(m, x, y, docs, 4, loops=7)
+    got = measure(m, x, y, docs, 4, sweep_depth=7)
     out = m(x, read="none")
     t = got.tokens
     assert len(t) == 6 * 16 and (t["doc"].to_numpy() == np.repeat(docs, 16)).all()
@@ -153,7 +153,7 @@ def test_measure_tables_agree_with_the_forward_pass():
     assert means.loc[3, "ce"] == pytest.approx(t["ce_3"].mean(), rel=1e-6)
     metrics = summarize(got)
     assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
-    assert metrics["lemma2"]["loops"] == 7
+    assert metrics["lemma2"]["sweep_depth"] == 7
     assert len(got.radial_batch) == 3
 
 
@@ -253,16 +253,16 @@ def two_seeds() -> list:
     x, y = data()
     docs = np.array([0, 0, 1, 1, 2, 2])
     units = Units(docs, "document")
-    first = measure(model(), x, y, docs, 4, loops=5).of_run(42, units)
+    first = measure(model(), x, y, docs, 4, sweep_depth=5).of_run(42, units)
     torch.manual_seed(1)
     other = LoopedLM(TINY).eval()
-    return [first, measure(other, x, y, docs, 4, loops=5).of_run(43, units)]
+    return [first, measure(other, x, y, docs, 4, sweep_depth=5).of_run(43, units)]
 
 
 def test_of_run_puts_the_seed_first_without_touching_the_measurements():
     x, y = data()
     docs = np.array([0, 0, 1, 1, 2, 2])
-    m = measure(model(), x, y, docs, 4, loops=5)
+    m = measure(model(), x, y, docs, 4, sweep_depth=5)
     seeded = m.of_run(7, Units(docs, "document"))
     assert "seed" not in m.tokens.columns and m.units is None
     for table in (seeded.tokens, seeded.sweep):
@@ -291,7 +291,7 @@ def test_summarize_runs_pools_the_seeds_and_gives_their_spread():
     assert (metrics["unit"], metrics["units"]) == ("document", 3)
     same, _ = summarize_runs([runs[0], runs[0]])
     assert same["norm_mean_sd"] == {k: 0.0 for k in same["norm_mean"]}
-    plain = measure(model(), *data(), np.zeros(6, np.int64), 4, loops=5)
+    plain = measure(model(), *data(), np.zeros(6, np.int64), 4, sweep_depth=5)
     with pytest.raises(ValueError, match="of_run"):
         summarize_runs([plain])
 

@@ -21,9 +21,9 @@ from loopscope.judge.experiments import (
 )
 
 
-def rows(*verdicts: str, recipe: str = "ours (init gpt2)") -> list[dict]:
-    return [{"claim": f"claim {i}", "recipe": recipe, "verdict": v}
-            for i, v in enumerate(verdicts)]
+def rows(*verdicts: str, group: str = "ours") -> list[dict]:
+    return [{"id": f"A.claim{i}.{group}", "claim": f"claim {i}", "group": group,
+             "headline": v} for i, v in enumerate(verdicts)]
 
 
 def test_changed_params_names_what_dvc_exp_run_set():
@@ -39,19 +39,31 @@ def test_changed_params_names_what_dvc_exp_run_set():
 def test_verdict_columns_show_flips_and_count_every_run():
     default = rows("holds", "contradicted", "inconclusive", "holds")
     shifted = rows("contradicted", "contradicted", "holds", "inconclusive")
-    table = verdict_columns(default, {"shifted": shifted[:3]})  # claim 3 not judged there
+    table = verdict_columns(default, {"shifted": {"claims": shifted[:3],  # claim 3 not judged
+                                                  "baseline": default}})
     assert list(table["shifted"]) == ["contradicted", "contradicted", "holds", "-"]
+    assert list(table["shifted base"]) == ["holds", "contradicted", "inconclusive", "holds"]
     turned = flips(table, "shifted")  # holds -> contradicted only, not -> inconclusive
     assert list(turned["claim"]) == ["claim 0"]
-    assert flips(verdict_columns(default, {"same": default}), "same").empty
+    same = verdict_columns(default, {"same": {"claims": default, "baseline": default}})
+    assert flips(same, "same").empty
     counts = run_counts(table)
-    assert counts.loc["holds"].tolist() == [2, 1]
-    assert counts.loc["inconclusive"].tolist() == [1, 0]
-    assert counts.loc["contradicted"].tolist() == [1, 2]
-    # the same claim in two recipe groups stays two rows
-    both = default[:1] + rows("contradicted", recipe="reference (init paper_a)")
-    other = rows("holds", recipe="reference (init paper_a)")
+    assert list(counts.columns) == ["default", "shifted base", "shifted"]
+    assert counts.loc["holds"].tolist() == [2, 2, 1]
+    assert counts.loc["contradicted"].tolist() == [1, 1, 2]
+    # the same claim in two recipe groups stays two rows, matched by id
+    both = default[:1] + rows("contradicted", group="reference")
+    other = {"claims": rows("holds", group="reference"), "baseline": both}
     assert list(verdict_columns(both, {"e": other})["e"]) == ["-", "holds"]
+
+
+def test_an_experiment_is_compared_with_its_own_baseline_not_todays_default():
+    """An experiment judged by older criteria: its verdict differs from today's default,
+    but not from the default judged alike at its commit, so nothing turned."""
+    today = rows("contradicted")
+    then = rows("holds")
+    table = verdict_columns(today, {"old": {"claims": rows("holds"), "baseline": then}})
+    assert flips(table, "old").empty
 
 
 @pytest.fixture
@@ -62,7 +74,8 @@ def workspace(tmp_path, monkeypatch):
     paths.PARAMS.write_text(yaml.safe_dump(params))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q"], check=True)
-    subprocess.run([*git, "add", "params.yaml"], check=True)
+    write_json(paths.CLAIMS, {"paper_a": rows("holds"), "paper_b": rows("holds")})
+    subprocess.run([*git, "add", "params.yaml", str(paths.CLAIMS)], check=True)
     subprocess.run([*git, "commit", "-qm", "base"], check=True)
     write_json(paths.CLAIMS, {"paper_a": rows("holds"), "paper_b": rows("inconclusive")})
     return params
@@ -86,5 +99,6 @@ def test_record_keeps_the_experiments_params_commit_and_claims(workspace):
     saved = json.loads(path.read_text())
     assert saved["params"] == {"cells.a.seeds": [43, 44]}
     assert len(saved["base_commit"]) == 40
-    assert saved["claims"]["paper_a"] == rows("holds")
+    assert saved["claims"]["paper_b"] == rows("inconclusive")
+    assert saved["baseline"]["paper_b"] == rows("holds")  # HEAD's, judged alike
     assert list(recorded()) == ["seeds_plus_one"]

@@ -98,11 +98,11 @@ def test_the_extract_runs_on_any_looped_model(tmp_path):
 def test_the_depth_sweep_and_the_clamp_run_on_any_looped_model():
     m, (x, y) = model(), windows()
     docs = np.array([0, 0, 1, 1, 2, 2])
-    got = measure(m, x, y, docs, 4, loops=6)
+    got = measure(m, x, y, docs, 4, sweep_depth=6)
     metrics = summarize(got)
     assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
     assert all(math.isfinite(v) for v in metrics["radial_fraction_token"].values())
-    assert metrics["lemma2"]["loops"] == 6
+    assert metrics["lemma2"]["sweep_depth"] == 6
     unclamped = np.stack([got.tokens[f"ce_{k}"].to_numpy() for k in range(1, m.loops + 1)])
     token_docs = np.repeat(docs, x.shape[1])
     clamped = clamp_run(m, x, y, None, 4, unclamped, 0, token_docs)

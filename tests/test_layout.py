@@ -403,8 +403,8 @@ def test_every_params_file_writes_out_every_key_a_stage_reads(path):
 
 def test_the_key_check_fails_on_a_params_file_without_one():
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    del params["claims"]
-    assert missing_keys(params) == ["claims", "claims.margin_nats"]
+    del params["claims"]["margin_nats"]
+    assert missing_keys(params) == ["claims.margin_nats"]
 
 
 # ------------------------------------------------------------------------- sizes
@@ -435,3 +435,53 @@ def test_the_size_check_fails_on_a_long_function(tmp_path):
     long = tmp_path / "long.py"
     long.write_text("def f():\n" + "    x = 1\n" * FUNCTION_LINES)
     assert oversized(long) == ["long.py: f 61 lines"]
+
+
+# ------------------------------------------------------------------ the committed run
+
+
+@pytest.mark.committed
+def test_every_stage_in_dvc_lock_is_a_stage_of_dvc_yaml():
+    """dvc.lock records the committed run: a stage it lists that dvc.yaml no longer has
+    (a stage merged into another) would give a reader two hashes for one file."""
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
+    assert not stale_stages(lock)
+
+
+def stale_stages(lock: dict) -> list[str]:
+    """The stages of a dvc.lock that dvc.yaml does not build."""
+    return sorted(set(lock) - set(BY_NAME))
+
+
+def test_the_lock_check_fails_on_a_stage_dvc_yaml_lacks():
+    assert stale_stages({"clamp@backbone": {}, "claims": {}}) == ["clamp@backbone"]
+
+
+# ------------------------------------------------------------------------- names
+
+# One concept, one name: the old synonyms, gone from the code, the reports and the docs
+SYNONYMS = {r"\breference_depth\b": "r", r"\bshare_after_reference\b": "share_after_r",
+            r"\bce_reference\b": "ce_r", r"masked reference": "masked forward",
+            r"\bdiagnose\.loops\b": "diagnose.sweep_depth",
+            r"\bR\b[:,]? \(?the training depth": "R, the evaluation depth"}
+
+
+def old_names(text: str) -> list[str]:
+    """The old synonyms a text still uses."""
+    return [old for old in SYNONYMS if re.search(old, text)]
+
+
+NAMED = sorted([*PKG.rglob("*.py"), *(ROOT / "stages").glob("*.py"),
+                *(ROOT / "reports").glob("*.ipynb"), *(ROOT / "docs").rglob("*.md"),
+                *(ROOT / "docs").rglob("*.json"), ROOT / "params.yaml", ROOT / "README.md"])
+
+
+@pytest.mark.parametrize("path", NAMED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_old_synonym_is_left(path):
+    found = old_names(path.read_text())
+    assert not found, f"{path}: {', '.join(f'{o!r} (say {SYNONYMS[o]})' for o in found)}"
+
+
+def test_the_name_check_fails_on_an_old_synonym():
+    assert old_names('m["reference_depth"]; the masked reference') == [
+        r"\breference_depth\b", r"masked reference"]

@@ -56,12 +56,12 @@ def test_the_command_retrains_the_backbone_alone():
 
 def conv(useful=3.0, gain=0.2, share=0.01, r=8):
     iv = {"value": useful, "lo": useful, "hi": useful + 1}
-    return {"reference_depth": r,
+    return {"r": r,
             "ce_at_depth": {f"k{k}": 4.0 + 1 / k for k in range(1, 4 * r + 1)},
             "saturation": {"useful_depth": int(useful), "useful_depth_iv": iv,
                            "tolerance": 0.01},
             "elasticity": {"gain": {"value": gain, "lo": gain - 0.01, "hi": gain + 0.01}},
-            "convergence": {"share_after_reference": {"value": share, "lo": 0.0,
+            "convergence": {"share_after_r": {"value": share, "lo": 0.0,
                                                        "hi": 2 * share}}}
 
 
@@ -90,7 +90,7 @@ def exp_show(commit_raw=BASE_RAW, extra=()):
              "experiments": [done, running, failed, runtime, *extra]}]
 
 
-BENCH = {"reference_depth": 8, "matched_depth": 5, "baseline_depth": 5,
+BENCH = {"r": 8, "matched_depth": 5, "baseline_depth": 5,
          "scoring": {"mean_loops": {"kl": 4.1}, "realized": {"kl": 1.25},
                      "flop_speedup": {"kl": 1.1}, "realized_vs_r": {"kl": 1.9}}}
 
@@ -136,6 +136,7 @@ def test_the_page_and_figure_are_generated_from_the_results(tmp_path):
     assert (tmp_path / "depth.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.committed
 def test_the_committed_page_is_the_committed_results_rendered():
     results = json.loads((ROOT / levers.RESULTS).read_text())
     assert (ROOT / levers.PAGE).read_text() == levers.page(results)

@@ -277,7 +277,7 @@ def test_the_estimate_is_calibrated_on_a_default_cell():
                                  f"estimate {got['estimate'] / 2**20:.0f} MiB ({ratio:.2f}x)"
 
 
-# --- a stage's peak memory and time (loopscope.base.timings, written by stage.run) --------
+# --- a stage's peak memory and time (loopscope.base.timings, written by loopscope.stage) ---
 
 @pytest.mark.parametrize("platform, unit", [("linux", 1024), ("darwin", 1)])
 def test_peak_memory_reads_ru_maxrss_in_the_platforms_unit(monkeypatch, platform, unit):

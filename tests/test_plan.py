@@ -366,6 +366,7 @@ def test_the_step_efficiency_comes_from_a_bench_train_result(tmp_path, monkeypat
     assert sizes == [1024] and cal["efficiency"] == 0.4 and cal["train_gflops"] == 0.4 * ROOF
 
 
+@pytest.mark.committed
 def test_the_committed_bench_train_result_is_read():
     efficiency, source, size = step_efficiency(ROOT / "metrics" / "bench" / "train.json")
     assert 0.2 < efficiency < 0.9 and size == 2048 and "ratio_to_matmul" in source
@@ -381,7 +382,7 @@ def test_measuring_flops_follow_the_params(tmp_path):
     """Deeper sweeps, more windows and seeds cost more; the policies run on
     policies.cells, the exit benchmark on bench.cell, only."""
     params = load_params(write_params(tmp_path / "a.yaml"))
-    deeper = load_params(write_params(tmp_path / "b.yaml", diagnose={"loops": 60},
+    deeper = load_params(write_params(tmp_path / "b.yaml", diagnose={"sweep_depth": 60},
                                       convergence={"windows": 128}))
     for name in params.cells:
         cell = resolve_cell(params, name)

@@ -46,6 +46,7 @@ def marked(command: str) -> pytest.param:
     return pytest.param(command, marks=[pytest.mark.slow] if command.startswith("dvc ") else [])
 
 
+@pytest.mark.committed
 @pytest.mark.xdist_group("dvc_in_the_repository")  # one worker: dvc locks the repository
 @pytest.mark.parametrize("command", [marked(c) for c in commands()])
 def test_readme_cheap_commands_run_on_the_committed_state(command, tmp_path):

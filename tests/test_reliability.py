@@ -32,7 +32,7 @@ from loopscope.base.errors import CheckpointError, CollapseError, DataError
 from loopscope.base.files import temp_path, write_json
 from loopscope.measure.save import write_outputs
 from loopscope.params import load_params
-from loopscope.stage import run
+from loopscope.stage import execute
 from loopscope.weights.checkpoint import discard_resume, load_model, save_model
 from loopscope.weights.config import TrainConfig
 from loopscope.weights.data import check_context, write_prepared
@@ -300,7 +300,7 @@ def test_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", no_space)
     with pytest.raises(SystemExit) as exit_:
-        run(lambda: write_json(path, {"ok": 2}))
+        execute(lambda: write_json(path, {"ok": 2}))
     message = str(exit_.value.code)
     assert message.startswith(f"error: {path}: {os.strerror(errno.ENOSPC)}. Free disk space, "
                               "then rerun `dvc repro`")

@@ -70,11 +70,14 @@ def loads(html: str) -> _Loads:
     return parser
 
 
-def tiny_report() -> nbformat.NotebookNode:
+def tiny_report(alt: str | None = "A figure of one pixel") -> nbformat.NotebookNode:
     """A notebook shaped like an executed report: a heading, a link in markdown, a
-    figure (image/png), a table (text/html) and printed text."""
-    code = new_code_cell("display(fig); display(df)", outputs=[
-        new_output("display_data", data={"image/png": PIXEL, "text/plain": "<Figure>"}),
+    figure (image/png, with its alt text as figures.show gives it), a table
+    (text/html) and printed text."""
+    meta = {"image/png": {"alt": alt}} if alt is not None else {}
+    code = new_code_cell("show(fig); display(df)", outputs=[
+        new_output("display_data", data={"image/png": PIXEL, "text/plain": "<Figure>"},
+                   metadata=meta),
         new_output("display_data", data={"text/html": "<table><tr><td>1</td></tr></table>",
                                           "text/plain": "   a\n0  1"}),
         new_output("stream", name="stdout", text="done\n")])
@@ -104,7 +107,28 @@ def test_the_exporter_writes_a_titled_page_that_loads_nothing_remote():
     assert page.titles == ["A tiny report: loopscope"]
     assert "<script" not in html  # no require.js, MathJax, mermaid or widget loader at all
     assert 'src="data:image/png;base64,' in html  # the figure is inline
+    assert 'alt="A figure of one pixel"' in html
     assert 'href="https://arxiv.org/abs/0000.00000"' in html  # links stay links
+
+
+def test_a_figure_without_alt_text_fails_the_page():
+    with pytest.raises(ValueError, match="a figure has no alt text"):
+        export_html(tiny_report(alt=None))
+
+
+def test_show_displays_a_png_with_its_alt_text(monkeypatch):
+    """figures.show hands IPython an image carrying the alt text in its metadata, which
+    the page's template writes into the <img> tag."""
+    import matplotlib.pyplot as plt
+
+    from loopscope.render import figures
+    shown = []
+    monkeypatch.setattr(figures, "display", shown.append)
+    fig, _ = plt.subplots()
+    figures.show(figures.Drawn(fig, "an empty axis"))
+    data, meta = shown[0]._repr_png_()
+    assert data and meta["alt"] == "an empty axis"
+    assert not plt.get_fignums()  # closed: the inline backend shows it no second time
 
 
 def test_the_title_is_the_metadata_title_else_the_first_heading():
@@ -126,6 +150,7 @@ def test_every_report_template_has_a_title(template):
     assert title not in ("Notebook", template.stem) and len(title) > 10
 
 
+@pytest.mark.committed
 @pytest.mark.parametrize("page", RENDERED, ids=lambda p: p.name)
 def test_committed_reports_load_nothing_remote_and_have_a_title(page):
     """The committed pages (re-rendered by `dvc repro`): they pass once rendered by the

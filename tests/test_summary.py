@@ -24,11 +24,13 @@ def committed() -> dict:
         os.chdir(here)
 
 
+@pytest.mark.committed
 def test_readme_blocks_are_the_committed_run(committed):
     readme = (ROOT / summary.README).read_text()
     assert summary.stale_blocks(readme, committed) == []
 
 
+@pytest.mark.committed
 def test_a_hand_edited_verdict_in_readme_is_caught(committed):
     readme = (ROOT / summary.README).read_text()
     table = summary.block(readme, "verdicts")
@@ -38,39 +40,91 @@ def test_a_hand_edited_verdict_in_readme_is_caught(committed):
     assert summary.stale_blocks(edited, committed) == ["verdicts"]
 
 
+@pytest.mark.committed
 def test_the_committed_results_page_is_the_committed_run(committed):
     assert (ROOT / summary.RESULTS_PAGE).read_text() == summary.page(**committed)
 
 
-def claims(verdict_a="holds", magnitude="contradicted", regime=""):
-    row_a = {"claim": "drift", "verdict": verdict_a, "magnitude": magnitude,
-             "recipe": "ours (init gpt2)", "paper": "~500", "value": "3.6",
-             "criterion": "ratio > 1"}
-    ref = {**row_a, "verdict": "holds", "magnitude": "holds",
-           "recipe": "paper A's reference architecture and init"}
-    row_b = {"claim": "tail", "verdict": "contradicted", "magnitude": "n/a",
-             "regime": regime, "depth_use": "backbone: useful depth 3 [3, 3] of R = 8",
-             "paper": "~10%", "value": "1%", "criterion": "share > 5%"}
+def row(key, verdict, magnitude="n/a", group="ours", paper="A", **fields):
+    return {"id": f"{paper}.{key}.{group}", "key": key, "claim": key, "kind": "finding",
+            "group": group, "verdict": verdict, "magnitude": magnitude,
+            "headline": summary_headline(verdict, magnitude), "paper_says": "~500",
+            "value": "3.6", "criterion": "ratio > 1",
+            "robustness": {"mark": "robust", "swept": {}, "turns": []}, **fields}
+
+
+def summary_headline(verdict, magnitude):
+    from loopscope.judge.verdicts import headline
+    return headline(verdict, magnitude)
+
+
+def claims(verdict_a="holds", magnitude="contradicted", regimes=()):
+    row_a = row("drift", verdict_a, magnitude)
+    ref = row("drift", "holds", "holds", group="reference")
+    row_b = row("tail", "contradicted", paper="B", group="backbone", regimes=list(regimes))
     return {"paper_a": [row_a, ref], "paper_b": [row_b],
             "counts": {"paper_a": {"holds": 2}, "paper_b": {"contradicted": 1}}}
 
 
 def test_verdict_rows_put_each_recipe_group_in_its_column_and_mark_the_regime():
-    a, b = summary.verdict_rows(claims(
-        regime="outside the paper's regime (bb: useful depth 3 [3, 4] vs 0.75 m = 6); "
-               "in the paper's regime (bb4: useful depth 4 [3, 4] vs 0.75 m = 3)"))
-    assert a == [{"claim": "drift", "our recipe": "holds (magnitude: contradicted)",
-                  "reference recipe": "holds (magnitude: holds)"}]
+    a, b = summary.verdict_rows(claims(regimes=[
+        {"backbone": "bb", "state": "outside"}, {"backbone": "bb4", "state": "in"}]))
+    assert a == [{"claim": "drift",
+                  "our recipe": "contradicted (direction holds, magnitude contradicted)",
+                  "reference recipe": "holds (direction holds, magnitude holds)"}]
     assert b == [{"claim": "tail", "verdict": "contradicted",
                   "regime": "outside the paper's regime (bb); in the paper's regime (bb4)"}]
     assert summary.verdict_rows(claims())[1][0]["regime"] == "-"  # no backbone read
 
 
-def test_a_paper_a_claim_not_shown_has_no_recipe_and_still_renders():
-    """Params with no paper A cells (the paper B presets) give rows without a recipe."""
-    rows = {"paper_a": [{"claim": "drift", "verdict": "not shown"}], "paper_b": []}
+def test_a_fragile_verdict_and_an_extension_say_so():
+    found = claims()
+    found["paper_a"][0]["robustness"] = {"mark": "fragile", "swept": {}, "turns": [
+        {"parameter": "margin_nats", "value": 0.025, "verdict": "holds"}]}
+    found["paper_a"].append({**row("clamp_other", "holds"), "kind": "extension"})
+    a, _ = summary.verdict_rows(found)
+    assert a[0]["our recipe"].endswith(", fragile")
+    assert a[1]["claim"] == "clamp_other (extension)"
+
+
+def test_a_paper_a_claim_not_shown_still_renders():
+    """Params with no paper A cells (the paper B presets) give rows not shown."""
+    rows = {"paper_a": [row("drift", "not shown")], "paper_b": []}
     a, _ = summary.verdict_rows(rows)
     assert a[0]["reference recipe"] == "-" and a[0]["our recipe"].startswith("not shown")
+
+
+def test_the_scale_line_sets_the_run_beside_the_papers():
+    found = {"scale": {"cells": {
+        "a": {"parameters": 670_000, "training_tokens": 800_000, "seeds": 2},
+        "b": {"parameters": 800_000, "training_tokens": 820_000, "seeds": 1}},
+        "corpus": {"train_tokens": 1_000_000},
+        "papers": {"paper_a": {"parameters": "44M", "corpus": "WikiText-103"},
+                   "paper_b": {"parameters": "~135M"}}}}
+    line = summary.scale_line(found)
+    assert line.startswith("Scale: every verdict is measured on models of 0.67-0.80M "
+                           "parameters trained on 0.80-0.82M tokens of a 1.00M-token corpus, "
+                           "1/2 seed(s) per cell; paper A: 44M parameters, WikiText-103")
+
+
+def test_the_timings_block_sums_the_stage_timings():
+    found = {"train@a": {"seconds": 600.0, "cpu": "CPU X", "cores": 2},
+             "diagnose@a": {"seconds": 120.0, "cpu": "CPU X", "cores": 2}}
+    assert summary.timings_block(found) == (
+        "The 2 stages of this run, each as it last ran, took 12 min on CPU X (2 cores): "
+        "10.0 min of training (configure, prepare, train@*) and 2.0 min of measuring "
+        "(metrics/stage_timings; `python -m loopscope.base.timings` itemizes them).")
+
+
+def test_readme_holds_no_measured_number_outside_its_generated_blocks():
+    """A time typed by hand goes stale: README's timings come from generated blocks."""
+    import re
+    text = (ROOT / summary.README).read_text()
+    for name in ("verdicts", "cost", "timings"):
+        text = text.replace(summary.block(text, name), "")
+    typed = re.findall(r"\b\d+(?:\.\d+)? ?(?:min|minutes|h|hours)\b(?! \(a standing)"
+                       r"|\bpassed \d+ tests|\b\d+ min \d+ s\b", text)
+    assert [t for t in typed if t not in ("5 minutes", "75 minutes")] == [], typed
 
 
 def test_a_readme_without_its_markers_is_refused():
@@ -102,9 +156,13 @@ def test_the_norm_figure_draws_one_line_per_paper_a_cell(tmp_path, monkeypatch):
     csv.write_text("series,loop,norm\n" + "".join(
         f"{s},{k},{10.0 * k}\n" for s in ("perloop_normed", "ref_perloop_normed", "backbone")
         for k in (1, 2)))
+    fact = {"loss": "per_loop", "readout": "normed", "control": "",
+            "group": "normed baseline", "recipe_group": "ours"}
+    cells = {"perloop_normed": fact, "ref_perloop_normed": {**fact, "recipe_group": "reference"},
+             "backbone": {**fact, "group": "paper B backbone"}}
     drawn = []
     monkeypatch.setattr(plt, "close", lambda fig: drawn.append(fig))
-    summary.norm_figure(csv, tmp_path / "norm.png")
+    summary.norm_figure(csv, tmp_path / "norm.png", cells)
     assert (tmp_path / "norm.png").read_bytes()[:4] == b"\x89PNG"
     labels = [line.get_label() for ax in drawn[0].axes for line in ax.get_lines()]
     assert labels == ["perloop_normed", "ref_perloop_normed"]  # backbones are not paper A's

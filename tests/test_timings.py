@@ -1,4 +1,5 @@
-"""What a stage cost, as data: stage.run writes metrics/stage_timings/<stage>.json and
+"""What a stage cost, as data: the stage runner (loopscope.stage.execute) writes
+metrics/stage_timings/<stage>.json and
 loopscope.base.timings sums training against measuring."""
 
 import json
@@ -13,7 +14,7 @@ from loopscope.base import errors, timings
 def test_run_writes_the_stage_timings_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["policies.py", "backbone"])
-    stage.run(lambda: None, stage="policies@backbone")
+    stage.execute(lambda: None, stage="policies@backbone")
     got = json.loads((tmp_path / "metrics/stage_timings/policies@backbone.json").read_text())
     assert set(got) == {"seconds", "peak_memory_bytes", "cpu", "cores"}
     assert got["seconds"] > 0 and got["peak_memory_bytes"] > 2**20
@@ -26,14 +27,14 @@ def test_a_failed_stage_writes_no_timings(tmp_path, monkeypatch):
     def fails() -> None:
         raise errors.DataError("prepared/val.bin: not found")
     with pytest.raises(SystemExit, match="prepared/val.bin"):
-        stage.run(fails, stage="extract@backbone")
+        stage.execute(fails, stage="extract@backbone")
     assert not (tmp_path / "metrics").exists()
 
 
 def test_only_rank_0_writes_under_torchrun(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RANK", "1")
-    stage.run(lambda: None, stage="train@backbone")
+    stage.execute(lambda: None, stage="train@backbone")
     assert not (tmp_path / "metrics").exists()
 
 

@@ -140,7 +140,7 @@ def test_diagnose_metrics_shape(tmp_path):
     y = corpus()[1:16 * 8 + 1].view(8, 16)
     ext = write_extract(model, x, y, 4, tmp_path / "c", "c")
     assert ext.states.shape == (4, 8 * 16, TINY.d_model)
-    metrics = summarize(measure(model, x, y, np.arange(8), 4, loops=3))
+    metrics = summarize(measure(model, x, y, np.arange(8), 4, sweep_depth=3))
     assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
     assert all(v > 1 for v in metrics["ppl_at_depth"].values())
     assert metrics["norm_mean"]["k1"] > 0

@@ -4,18 +4,20 @@ report says its units are blocks within those 2 documents; no verdict is ever de
 on the 2 documents themselves."""
 
 import numpy as np
+import pytest
 import torch
 from test_data import prepare
 
 from loopscope.base import paths
 from loopscope.base.files import write_json
 from loopscope.judge.verdicts import effect, negligible
-from loopscope.measure.intervals import Documents
+from loopscope.measure.intervals import Documents, design_effect
 from loopscope.measure.runs import document_window_sets
 from loopscope.measure.units import (
     FEWEST_UNITS,
     LAG1_MAX,
     MIN_UNITS,
+    Units,
     block_length,
     blocks,
     lag1,
@@ -133,3 +135,36 @@ def test_window_surprisal_is_the_mean_unigram_surprisal_of_each_window():
     s = window_surprisal(tokens, np.array([0, 4]), 4)
     expected = (3 * -np.log(0.75) - np.log(0.25)) / 4
     assert np.allclose(s, [expected, (-np.log(0.25) + 3 * -np.log(0.75)) / 4])
+
+
+def test_blocks_within_few_documents_are_resampled_documents_first():
+    """Six documents of eight blocks each, documents far apart: resampling the blocks as
+    if independent gives too narrow an interval; resampling documents, each with its
+    blocks, widens it by about the design effect."""
+    rng = np.random.default_rng(0)
+    parents = np.repeat(np.arange(6), 8)
+    units = np.arange(48)
+    values = rng.normal(0, 1, 6)[parents] + rng.normal(0, 0.1, 48)
+    flat = Documents(units, 2000)
+    nested = Documents(units, 2000, parents=parents)
+    width = {name: (lambda iv: iv.hi - iv.lo)(d.interval(d.mean(units, values)))
+             for name, d in (("flat", flat), ("nested", nested))}
+    assert width["nested"] > 2 * width["flat"]
+    effect = design_effect(units, values, parents, 2000)
+    assert effect > 4
+    assert (width["nested"] / width["flat"]) ** 2 == pytest.approx(effect, rel=0.35)
+    # blocks that do not depend on their document: nothing to widen, on average
+    many = np.repeat(np.arange(40), 8)
+    effects = [design_effect(np.arange(320), np.random.default_rng(s).normal(0, 1, 320),
+                             many, 1000) for s in range(8)]
+    assert np.mean(effects) == pytest.approx(1.0, abs=0.2)
+    with pytest.raises(ValueError, match="two documents"):
+        Documents(np.array([0, 0]), 10, parents=np.array([0, 1]))
+
+
+def test_units_describe_the_documents_their_blocks_lie_in():
+    found = Units(np.array([0, 1, 2, 3]), "block of 2 windows within 2 documents",
+                  np.array([0, 0, 1, 1])).describe()
+    assert found == {"unit": "block of 2 windows within 2 documents", "units": 4,
+                     "documents": 2}
+    assert Units(np.array([0, 1]), "document").describe() == {"unit": "document", "units": 2}

@@ -11,7 +11,7 @@ one file it writes, metrics/stage_timings/<STAGE>.json, is a DVC metric with cac
 false), so rewording an error line or changing what a timing records reruns nothing;
 the scripts import what computes their results and nothing of this module. A script run
 directly (`python stages/diagnose.py backbone`) works the same, with a traceback for an
-error and no timings file. Tools (`python -m loopscope.tools.plan` ...) end through `run`.
+error and no timings file. Tools (`python -m loopscope.tools.plan` ...) end through `execute`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ USAGE = ("usage: python -m loopscope.stage [--untimed] STAGE SCRIPT [ARGS ...]\n
          "  STAGE: the stage's name in dvc.yaml (train@backbone); SCRIPT: stages/<name>.py")
 
 
-def run(main: Callable[[], None], stage: str | None = None) -> None:
+def execute(main: Callable[[], None], stage: str | None = None) -> None:
     """Run main; print expected errors as one clear line and exit 1. On success, end
     with the wall time and peak memory: printed, and, for a stage (its dvc.yaml name,
     train@backbone), written to metrics/stage_timings/<stage>.json (loopscope.base.timings),
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> None:
         sys.exit(USAGE)
     stage, path, *args = argv
     os.environ["LOOPSCOPE_STAGE"] = stage  # a script that restarts itself (torchrun) runs
-    run(script(path, args), None if untimed else stage)  # each process through here too
+    execute(script(path, args), None if untimed else stage)  # each process through here too
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ stages.
     tables/plots/<name>.csv          long tables across cells for `dvc plots` (plot_tables)
     metrics/bench/<name>.json        benchmark timings (python -m loopscope.tools.bench)
     reports/<name>.ipynb             report templates; reports/html/<name>.html rendered
+    experiments/<name>.json          committed experiments' params and verdicts
+    README.md, docs/results.md, docs/results/   the front page and results (summary)
+    docs/depth.md, docs/depth/       paper B's depth-use search (tools/levers)
 """
 
 from __future__ import annotations
@@ -41,13 +44,29 @@ PLOTS = TABLES / "plots"
 # Every verdict of both papers, as data: written by the claims stage, rendered by the
 # reports (and kept per experiment, so runs with other seeds compare claim by claim).
 CLAIMS = TABLES / "claims.json"
+# The headline verdict counts of each paper's findings, a DVC metric (`dvc exp show`)
+CLAIM_COUNTS = METRICS / "claims.json"
 # The metrics kind of the training runs' wall times: kept out of metrics/train/ and the
 # model files, which are then byte-identical for the same params.
 TRAIN_TIMINGS = "train_timings"
-# Each stage's wall time and peak memory (loopscope.base.timings), written by stage.run.
+# Each stage's wall time and peak memory (loopscope.base.timings), written by the stage
+# runner (loopscope.stage).
 STAGE_TIMINGS = METRICS / "stage_timings"
 REPORTS = Path("reports")
 REPORTS_HTML = REPORTS / "html"
+DVC_LOCK = Path("dvc.lock")
+# Committed experiments: a `dvc exp run`'s params and verdicts (loopscope.judge.experiments)
+EXPERIMENTS = Path("experiments")
+# The front page and its generated pages (loopscope.render.summary)
+README = Path("README.md")
+DOCS = Path("docs")
+RESULTS_PAGE = DOCS / "results.md"
+RESULTS_FIGURES = DOCS / "results"
+NORM_FIGURE = RESULTS_FIGURES / "norm.png"
+# paper B's depth-use search (loopscope.tools.levers): its page, results and figure
+DEPTH_PAGE = DOCS / "depth.md"
+DEPTH_RESULTS = DOCS / "depth" / "results.json"
+DEPTH_FIGURE = DOCS / "depth" / "depth.png"
 SEED_PREFIX = "seed"
 
 

@@ -1,14 +1,13 @@
 """What each stage cost: wall time and peak memory, written as data by every stage.
 
-`stage.run` ends every stage by writing metrics/stage_timings/<stage>.json (the
-stage as dvc.yaml names it: train@backbone, report_index; all but configure, which
-runs on every `dvc repro` in a second and would leave a changed file each time), so
-the cost of a run is read off its files instead of estimated: `python -m
-loopscope.base.timings` prints the table and the ratio of measuring to training. The
-files are DVC metrics with cache: false, apart from every reproducible output, as
-train's metrics/train_timings/ are.
-
-Kept free of torch and pandas: every stage imports it through errors, before any work.
+The stage runner (loopscope.stage) ends every stage by writing
+metrics/stage_timings/<stage>.json (the stage as dvc.yaml names it: train@backbone,
+report_index; all but configure, which runs on every `dvc repro` in a second and would
+leave a changed file each time), so the cost of a run is read off its files instead of
+estimated: `python -m loopscope.base.timings` prints the table and the ratio of
+measuring to training. The files are DVC metrics with cache: false, apart from every
+reproducible output, as train's metrics/train_timings/ are. No stage depends on this
+module: the runner wraps the stages from outside.
 """
 
 from __future__ import annotations

@@ -31,14 +31,23 @@ def control(cell: CellConfig) -> str:
                                            ("inter-loop norm", m.inter_loop_norm)) if on)
 
 
+def recipe_group(cell: CellConfig) -> str:
+    """The recipe group paper A's claims put a cell in, as a name: "reference" for paper
+    A's reference architecture and init (the `ref_` cells: PyTorch's default init,
+    SwiGLU, decay on every parameter), "ours" for any other."""
+    m, t = cell.model, cell.train
+    return ("reference" if m.init == "paper_a" and m.ffn == "swiglu" and t.decay_on == "all"
+            else "ours")
+
+
 def recipe(cell: CellConfig) -> str:
     """A label for a cell's training recipe: architecture and init (what paper A's
     reference code uses is named so), then the schedule (ours unless it is the
     reference's constant lr 3e-4 with AdamW betas 0.9/0.999). Paper A's cells are
     compared within one recipe."""
     m, t = cell.model, cell.train
-    reference = m.init == "paper_a" and m.ffn == "swiglu" and t.decay_on == "all"
-    arch = ("paper A's reference architecture and init" if reference else "ours")
+    arch = ("paper A's reference architecture and init" if recipe_group(cell) == "reference"
+            else "ours")
     arch += f" (init {m.init}, {m.ffn}, decay on {t.decay_on})"
     warm = f", warm-up {t.warmup_steps}" if t.warmup_steps else ""
     theirs = t.schedule == "constant" and t.lr == 3e-4 and tuple(t.betas) == (0.9, 0.999)
@@ -56,3 +65,12 @@ def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str |
         return None, None
     main, second = by_depth[-1], by_depth[0]
     return main, second if configs[second].model.loops != configs[main].model.loops else None
+
+
+def facts(cell: CellConfig) -> dict[str, object]:
+    """A cell's taxonomy as data, for every reader of tables/claims.json: its group,
+    control, recipe group and label, loss placement, readout, depth R, width, seeds."""
+    return {"group": cell_group(cell), "control": control(cell),
+            "recipe_group": recipe_group(cell), "recipe": recipe(cell),
+            "loss": cell.train.loss, "readout": cell.model.readout, "r": cell.model.loops,
+            "d_model": cell.model.d_model, "seeds": list(cell.seeds)}

@@ -1,82 +1,130 @@
-"""The claims stage's library: both papers' claims judged on this run's outputs.
+"""The claims stage's library: both papers' claims judged on this run's outputs, as data.
 
-Reads configs/, the diagnose tables and the metrics of the measuring stages, hands them
-to paper A's claims (loopscope.judge.paper_a) and paper B's (loopscope.judge.paper_b), and returns
-the claims table as data (tables/claims.json, paths.CLAIMS). Only the claims stage and
-the reports import this module and the two claims modules; the measuring stages import
-loopscope.measure.stats alone, so rewording a claim reruns no measurement (tests/test_layout.py).
+Reads configs/, the diagnose, sweep and clamp tables and the metrics of the measuring
+stages, hands them to paper A's claims (loopscope.judge.paper_a) and paper B's
+(loopscope.judge.paper_b), and returns tables/claims.json (paths.CLAIMS): each row a
+record with a stable id (its schema: tests/claims.schema.json), the verdict counts of
+each paper's findings (also metrics/claims.json, so `dvc exp show` lists them), the
+criteria's parameters with their sources and ranges, the family-wise and seed rules,
+the cells' taxonomy and the scale of the run against the papers'. Only the claims stage
+and the reports import the judges; rewording a claim reruns no measurement.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import pandas as pd
-
 from loopscope.base import paths
-from loopscope.base.outputs import require_output
-from loopscope.judge.cells import cell_group, control, paper_b_backbones, recipe
-from loopscope.judge.group_a import CellA
+from loopscope.base.outputs import read_json, read_metrics, read_table
+from loopscope.judge import criteria
+from loopscope.judge.backbone import recipe_deviation
+from loopscope.judge.cells import cell_group, control, facts, paper_b_backbones, recipe
+from loopscope.judge.group_a import FEW_SEEDS, CellA
 from loopscope.judge.paper_a import init_effect, paper_a_claims
-from loopscope.judge.paper_b import paper_b_claims, recipe_deviation
-from loopscope.judge.verdicts import table
-from loopscope.weights.config import load_cell
+from loopscope.judge.paper_b import paper_b_claims
+from loopscope.judge.verdicts import FAMILY_RULE, Claim
+from loopscope.weights.config import CellConfig, load_cell
+
+VERDICTS = ("holds", "contradicted", "inconclusive", "not shown")
+# What the papers measured on, against this run (their summaries: docs/results.md shows
+# both side by side)
+PAPER_SCALE = {
+    "paper_a": {"parameters": "44M and 129M", "corpus": "WikiText-103 (~103M tokens)",
+                "training": "4 epochs (~400M tokens per run)", "seeds": "3 (42, 101, 202)"},
+    "paper_b": {"parameters": "~135M", "corpus": "TinyStories and FineWeb-Edu",
+                "training": "~100 GPU-hours on one RTX 4090", "seeds": "1"},
+}
 
 
-def paper_a_cells(cells: list[str]) -> dict[str, CellA]:
-    """paper_a.CellA of each cell, read from configs/, tables/diagnose, tables/sweep,
-    metrics/clamp, metrics/throughput and metrics/diagnose (its resampling unit); a
+def paper_a_cells(cells: list[str], configs: dict[str, CellConfig]) -> dict[str, CellA]:
+    """CellA of each cell, read from configs/, tables/diagnose, tables/sweep,
+    tables/clamp, metrics/throughput and metrics/diagnose (its resampling unit); a
     missing file names the stage to run."""
-    def table(kind: str, cell: str) -> pd.DataFrame:
-        return pd.read_parquet(require_output(paths.table_file(kind, cell),
-                                              f"diagnose@{cell}"))
-
-    def metrics(kind: str, cell: str) -> dict[str, Any]:
-        path = paths.metrics_file(kind, cell)
-        stage = kind if kind == "throughput" else f"{kind}@{cell}"
-        return json.loads(require_output(path, stage).read_text())
-
     out = {}
     for c in cells:
-        cfg = load_cell(paths.config_file(c))
-        speed = metrics("throughput", c)
+        cfg = configs[c]
+        speed = read_metrics("throughput", c)
         out[c] = CellA(cell_group(cfg), cfg.train.loss, cfg.model.readout, recipe(cfg),
-                       cfg.model.loops, table("diagnose", c), table("sweep", c),
-                       metrics("clamp", c), speed["tokens_per_s"], speed["flops_per_token"],
-                       metrics("diagnose", c).get("unit", "document"), control(cfg),
+                       cfg.model.loops, read_table("diagnose", c), read_table("sweep", c),
+                       read_table("clamp", c), speed["tokens_per_s"], speed["flops_per_token"],
+                       read_metrics("diagnose", c).get("unit", "document"), control(cfg),
                        cfg.model.d_model)
     return out
 
 
-def judge(cells: list[str], policy_cells: list[str], margin: float, resamples: int
-          ) -> dict[str, Any]:
-    """Both papers' claims on this run's outputs (tables/claims.json): each table as
-    rows (loopscope.judge.verdicts.table), the verdict counts of the findings, paper A's
-    mechanism checks apart (implementation checks, not counted as reproduced findings),
-    the sentence on what the recipe does to paper A's drift magnitude, and how paper B's
-    backbones differ from its recipe."""
+def _records(found: list[Claim], paper: str, configs: dict[str, CellConfig]
+             ) -> list[dict[str, Any]]:
+    """The rows as records, each with its id (paper, the claim's key, its recipe group
+    or the backbones it reads) and its group."""
+    groups = {recipe(c): facts(c)["recipe_group"] for c in configs.values()}
+    out = []
+    for c in found:
+        record = c.record()
+        record["paper"] = paper
+        if paper == "A":
+            record["group"] = groups.get(c.recipe, "ours")
+            record["id"] = f"A.{c.key or 'absent'}.{record['group']}"
+        else:
+            read = c.facts.get("backbones", [])
+            record["group"] = "+".join(read)
+            record["id"] = f"B.{c.key or 'absent'}" + (f".{read[0]}" if len(read) == 1 else "")
+        out.append(record)
+    return out
+
+
+def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Headline verdicts of a paper's findings (extensions and checks apart)."""
+    findings = [r for r in rows if r["kind"] == "finding"]
+    return {v: sum(r["headline"] == v for r in findings) for v in VERDICTS}
+
+
+def scale(configs: dict[str, CellConfig], train: dict[str, dict[str, Any]],
+          corpus: dict[str, Any]) -> dict[str, Any]:
+    """What each cell was trained at: parameters, training tokens per run (steps x batch
+    x context), seeds; the corpus; beside the papers' (PAPER_SCALE)."""
+    cells = {}
+    for name, cfg in configs.items():
+        steps = next(iter(train[name]["runs"].values()))["steps"]
+        cells[name] = {"parameters": train[name]["params"], "seeds": len(cfg.seeds),
+                       "training_tokens": steps * cfg.train.batch_size * cfg.model.context,
+                       "recipe_group": facts(cfg)["recipe_group"],
+                       "paper_b_backbone": cell_group(cfg) == "paper B backbone"}
+    return {"cells": cells, "corpus": corpus, "papers": PAPER_SCALE,
+            "reference_recipe": "paper A's architecture and init (PyTorch's default init, "
+                                "SwiGLU, decay on every parameter) with our schedule"}
+
+
+def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
+          resamples: int) -> dict[str, Any]:
+    """Both papers' claims on this run's outputs (tables/claims.json; module doc).
+    values: the criteria's (params.yaml's claims section); resamples: diagnose.bootstrap."""
     configs = {c: load_cell(paths.config_file(c)) for c in cells}
     groups = {c: cell_group(configs[c]) for c in cells}
-    data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"])
+    data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"], configs)
     main, second = paper_b_backbones({c: configs[c] for c in cells
                                       if groups[c] == "paper B backbone"})
-
-    def read(kind: str, cell: str) -> dict[str, Any]:
-        path = paths.metrics_file(kind, cell)
-        return json.loads(require_output(path, f"{kind}@{cell}").read_text())
-
-    judged = paper_a_claims(data, margin, resamples)
-    found = {"paper_a": [c for c in judged if c.kind == "finding"],
-             "paper_b": paper_b_claims({c: read("convergence", c) for c in cells},
-                                       {c: read("policies", c) for c in policy_cells},
-                                       main, second)}
-    out: dict[str, Any] = {k: table(v) for k, v in found.items()}
-    out["mechanism_checks"] = table([c for c in judged if c.kind == "check"])
-    out["counts"] = {k: {verdict: sum(c.verdict == verdict for c in v)
-                         for verdict in ("holds", "contradicted", "inconclusive", "not shown")}
-                     for k, v in found.items()}
-    out["init_effect"] = init_effect(data, resamples)
-    out["paper_b_recipe"] = {c: f"R = {configs[c].model.loops}: {recipe_deviation(configs[c])}"
-                             for c in (main, second) if c is not None}
-    return out
+    judged_a = _records(paper_a_claims(data, values, resamples), "A", configs)
+    judged_b = _records(paper_b_claims({c: read_metrics("convergence", c) for c in cells},
+                                       {c: read_metrics("policies", c) for c in policy_cells},
+                                       main, second, values), "B", configs)
+    found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
+    meta = read_json(paths.PREPARED / "meta.json", "prepare")
+    return {
+        **found,
+        "mechanism_checks": [r for r in judged_a if r["kind"] == "check"],
+        "counts": {k: counts(v) for k, v in found.items()},
+        "parameters": criteria.table(values),
+        "rules": {"family": FAMILY_RULE,
+                  "seeds": f"with under {FEW_SEEDS} seeds a verdict stands only where each "
+                           "seed alone agrees (every row reading such a cell)",
+                  "headline": "the direction and the magnitude together: holds where both "
+                              "hold, contradicted where either is"},
+        "cells": {c: facts(cfg) for c, cfg in configs.items()},
+        "scale": scale(configs, {c: read_metrics("train", c) for c in cells},
+                       {"documents": meta.get("documents"),
+                        "train_tokens": meta["splits"]["train"]["tokens"],
+                        "val_tokens": meta["splits"]["val"]["tokens"]}),
+        "init_effect": init_effect(data, resamples),
+        "paper_b_recipe": {c: f"R = {configs[c].model.loops}: {recipe_deviation(configs[c])}"
+                           for c in (main, second) if c is not None},
+    }

@@ -8,10 +8,13 @@ carry; its verdicts are small. Right after `dvc exp run -n NAME -S ...` in a wor
 
     python -m loopscope.judge.experiments record NAME
 
-writes experiments/NAME.json: the params it changed against HEAD, the commit it ran on
-and its claims rows (tables/claims.json). The reports read every such file
-(verdict_columns); `flips` lists the verdicts that turned between holds and
-contradicted, which a change of seeds must never do.
+writes experiments/NAME.json: the params it changed against HEAD, the commit it ran on,
+its claims rows (tables/claims.json) and HEAD's (its baseline: the default judged by the
+same criteria). Rows match by id. The reports read every such file (verdict_columns);
+`flips` lists the verdicts that turned between holds and contradicted from an
+experiment's baseline to it, which a change of seeds must never do. An experiment judged
+by older criteria than the default's is compared with its own baseline, not with the
+default.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from loopscope.base.errors import DataError, LoopscopeError, ParamsError
 from loopscope.base.files import write_json
 from loopscope.base.outputs import read_json
 
-EXPERIMENTS = Path("experiments")
+EXPERIMENTS = paths.EXPERIMENTS
+PAPERS = ("paper_a", "paper_b")
 OPPOSITE = {"holds": "contradicted", "contradicted": "holds"}
 
 
@@ -58,24 +62,30 @@ def _git(*args: str) -> str:
 
 def record(name: str) -> Path:
     """Write experiments/NAME.json from the workspace: the params changed against HEAD,
-    HEAD's commit and tables/claims.json. Refuses a workspace whose params equal HEAD's
-    (nothing was run) or whose claims were computed from other cells than params.yaml
-    holds (the claims stage is stale)."""
+    HEAD's commit, tables/claims.json, and HEAD's own claims (the default judged by the
+    same code: the experiment's baseline). Refuses a workspace whose params equal
+    HEAD's (nothing was run) or whose claims were computed from other cells than
+    params.yaml holds (the claims stage is stale)."""
     params = yaml.safe_load(paths.PARAMS.read_text())
     changed = changed_params(yaml.safe_load(_git("show", "HEAD:params.yaml")), params)
     if not changed:
         raise ParamsError(f"{paths.PARAMS} equals HEAD's: no experiment in this workspace; "
                           f"run `dvc exp apply {name}` (or the `dvc exp run`) first.")
-    lock = yaml.safe_load(Path("dvc.lock").read_text())
+    lock = yaml.safe_load(paths.DVC_LOCK.read_text())
     judged = lock["stages"]["claims"]["params"]["params.yaml"].get("cells")
     if judged != params.get("cells"):
         raise DataError("dvc.lock: the claims stage was computed from other cells than "
                         f"{paths.PARAMS} holds; run `dvc repro claims` first.")
     claims = read_json(paths.CLAIMS, "claims")
+    base = json.loads(_git("show", f"HEAD:{paths.CLAIMS}"))
+    commit = _git("rev-parse", "HEAD").strip()
     path = EXPERIMENTS / f"{name}.json"
-    write_json(path, {"experiment": name, "base_commit": _git("rev-parse", "HEAD").strip(),
-                      "params": changed,
-                      "claims": {p: claims[p] for p in ("paper_a", "paper_b")}})
+    write_json(path, {"experiment": name, "base_commit": commit, "params": changed,
+                      "claims": {p: claims[p] for p in PAPERS},
+                      "baseline": {p: base[p] for p in PAPERS},
+                      "criteria": f"the claims' criteria as of {commit[:7]}: the experiment "
+                                  "and its baseline (the default at that commit) are "
+                                  "judged alike"})
     return path
 
 
@@ -85,35 +95,35 @@ def recorded() -> dict[str, dict[str, Any]]:
             for p in sorted(EXPERIMENTS.glob("*.json"))}
 
 
-def _key(row: Mapping[str, Any]) -> tuple[str, str]:
-    """A claims row's identity: the claim and its recipe group's first word."""
-    return row["claim"], (row.get("recipe") or "").split(" ")[0]
-
-
 def verdict_columns(default: list[dict[str, Any]],
-                    experiments: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
-    """A row per claim of the default run: its recipe group, the default's verdict and
-    each experiment's verdict for the same claim ("-" where it has no such row)."""
-    found = {name: {_key(r): r["verdict"] for r in rows_e}
-             for name, rows_e in experiments.items()}
-    return pd.DataFrame([{"claim": row["claim"], "group": _key(row)[1],
-                          "default": row["verdict"],
-                          **{name: v.get(_key(row), "-") for name, v in found.items()}}
+                    experiments: Mapping[str, Mapping[str, list[dict[str, Any]]]]
+                    ) -> pd.DataFrame:
+    """A row per claim of the default run (by id): its group, the default's headline
+    verdict, and for each experiment its baseline's ("NAME base": the default at the
+    experiment's commit, judged by the same criteria as it) and its own ("-" where it
+    has no such row). experiments: name -> {"claims": rows, "baseline": rows}."""
+    def by_id(rows: list[dict[str, Any]]) -> dict[str, str]:
+        return {r["id"]: r["headline"] for r in rows}
+    found = {name: (by_id(e["baseline"]), by_id(e["claims"])) for name, e in experiments.items()}
+    return pd.DataFrame([{"id": row["id"], "claim": row["claim"], "group": row["group"],
+                          "default": row["headline"],
+                          **{col: v.get(row["id"], "-") for name, (base, mine) in found.items()
+                             for col, v in ((f"{name} base", base), (name, mine))}}
                          for row in default])
 
 
 def flips(table: pd.DataFrame, name: str) -> pd.DataFrame:
     """The rows of verdict_columns whose verdict turned between holds and contradicted
-    from the default to experiment `name`."""
-    turned = [OPPOSITE.get(a) == b for a, b in zip(table["default"], table[name],
+    from experiment `name`'s baseline to the experiment (the same criteria)."""
+    turned = [OPPOSITE.get(a) == b for a, b in zip(table[f"{name} base"], table[name],
                                                     strict=True)]
     return table[turned]
 
 
 def run_counts(table: pd.DataFrame) -> pd.DataFrame:
-    """Per run (the default and each experiment): how many rows hold, are
+    """Per run (the default, each experiment and its baseline): how many rows hold, are
     contradicted, inconclusive or not shown."""
-    runs = [c for c in table.columns if c not in ("claim", "group")]
+    runs = [c for c in table.columns if c not in ("id", "claim", "group")]
     return (pd.DataFrame({r: table[r].value_counts() for r in runs}).fillna(0).astype(int)
             .reindex(["holds", "contradicted", "inconclusive", "not shown"], fill_value=0))
 

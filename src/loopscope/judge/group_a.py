@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loopscope.judge.verdicts import Claim
-from loopscope.measure.intervals import Documents, Interval
+from loopscope.judge.criteria import Criteria
+from loopscope.judge.verdicts import Claim, Comparison
+from loopscope.measure.intervals import Documents
 
 
 @dataclass
@@ -22,10 +23,11 @@ class CellA:
     """What paper A's claims read of one cell: its group (loopscope.judge.cells.cell_group),
     loss placement, readout, recipe (a label: cells are compared within a recipe),
     training depth K; the per-token table of diagnose (tables/diagnose: doc, and per
-    loop ce_k, norm_k, cos_k, floor_k) and the per-document depth sweep (tables/sweep);
-    metrics/clamp (per mode, delta_ce_last as an interval); inference tokens/s and FLOPs
-    per token at each depth (metrics/throughput). Rows of both tables carry the run
-    (seed) they come from: intervals resample a cell's seeds as well as documents."""
+    loop ce_k, norm_k, cos_k, floor_k), the per-document depth sweep (tables/sweep) and
+    the clamp's change in CE at K per token and mode (tables/clamp, the rows of
+    tables/diagnose); inference tokens/s and FLOPs per token at each depth
+    (metrics/throughput). Rows of every table carry the run (seed) they come from:
+    intervals resample a cell's seeds as well as documents."""
 
     group: str
     loss: str
@@ -34,7 +36,7 @@ class CellA:
     loops: int
     tokens: pd.DataFrame
     sweep: pd.DataFrame
-    clamp: dict[str, Any]
+    clamp: pd.DataFrame
     tokens_per_s: dict[str, float]
     flops_per_token: dict[str, float]
     unit: str = "document"  # what the tables' doc column holds (loopscope.measure.units)
@@ -44,6 +46,10 @@ class CellA:
     @property
     def last(self) -> str:
         return f"k{self.loops}"
+
+    @property
+    def clamp_modes(self) -> list[str]:
+        return [c for c in self.clamp.columns if c not in ("seed", "doc")]
 
     @property
     def seeds(self) -> int:
@@ -97,25 +103,31 @@ CONTROLS = ("raw readout", "norm penalty", "inter-loop norm")  # the design rule
 class GroupA:
     """One recipe's paper A cells as the claims read them: the per-loop normed baseline,
     the scale-controlled cells (per-loop ones apart), the per-loop raw cell, and the
-    resamples shared by every claim of the report (so cells are paired). used: the
-    cells a claim has read so far (resampled() names their seeds)."""
+    resamples shared by every claim of the report (so cells are paired), and the
+    criteria's values a claim is judged at (p). used: the cells a claim has read so far
+    (resampled() names their seeds). Per-draw means are kept (memo): the claims and their
+    specification curves read the same ones again."""
 
     cells: dict[str, CellA]
     recipe: str | None
     docs: Documents
-    margin: float
+    p: Criteria
     used: set[str] = field(default_factory=set)
+    memo: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, cells: dict[str, CellA], docs: Documents, margin: float,
+    def of(cls, cells: dict[str, CellA], docs: Documents, p: Criteria,
            recipe: str | None = None) -> GroupA:
         """The cells of one recipe (default: the first per-loop normed cell's)."""
         if recipe is None:
             normed = [v for v in cells.values()
                       if v.group == "normed baseline" and v.loss == "per_loop"]
             recipe = normed[0].recipe if normed else None
-        return cls({c: v for c, v in cells.items() if v.recipe == recipe}, recipe, docs,
-                   margin)
+        return cls({c: v for c, v in cells.items() if v.recipe == recipe}, recipe, docs, p)
+
+    def at(self, p: Criteria) -> GroupA:
+        """The same group judged at other criteria (the memo shared)."""
+        return dataclasses.replace(self, p=p, used=set())
 
     @property
     def normed(self) -> str | None:
@@ -142,7 +154,23 @@ class GroupA:
 
     def mean(self, c: str, name: str, k: int | None = None) -> np.ndarray:
         """Per draw: the mean of a per-token column of cell c at loop k (default K)."""
-        return self.docs.mean(*self.cell(c).col(name, k), key=c)
+        key = ("mean", c, name, k)
+        if key not in self.memo:
+            self.memo[key] = self.docs.mean(*self.cell(c).col(name, k), key=c)
+        self.used.add(c)
+        return self.memo[key]
+
+    def clamp_mean(self, c: str, mode: str) -> np.ndarray:
+        """Per draw: the mean change in CE at K under a clamp mode, cell c's tokens."""
+        x = self.cell(c)
+        return self.docs.mean(x.clamp["doc"].to_numpy(), x.clamp[mode].to_numpy(),
+                              _runs(x.clamp), c)
+
+    def test(self, statistic: str, draws: np.ndarray, rule: Any, *args: float) -> Comparison:
+        """A comparison on per-draw values: its 95% interval, and at the level of a
+        family from the same resamples."""
+        return Comparison(statistic, self.docs.interval(draws), rule, args,
+                    lambda k: self.docs.interval(draws, k))
 
     def quantile(self, c: str, name: str, k: int, q: float) -> np.ndarray:
         """Per draw: the q-quantile of a per-token column of cell c at loop k."""
@@ -155,12 +183,21 @@ class GroupA:
         d, v, runs = self.cell(c).col("norm")
         return self.docs.mean(d, (v > factor * np.median(v)).astype(np.float64), runs, c)
 
-    def steps(self, c: str, family: int = 1) -> dict[int, Interval]:
-        """CE(k+1) - CE(k) of cell c for k = 1..K-1, each with its interval (at the
-        Bonferroni level of a family of `family` comparisons)."""
-        return {k: self.docs.interval(self.mean(c, "ce", k + 1) - self.mean(c, "ce", k),
-                                      family)
+    def step_draws(self, c: str) -> dict[int, np.ndarray]:
+        """Per draw, CE(k+1) - CE(k) of cell c for k = 1..K-1."""
+        return {k: self.mean(c, "ce", k + 1) - self.mean(c, "ce", k)
                 for k in range(1, self.cells[c].loops)}
+
+    def seed_spread(self) -> dict[str, float]:
+        """The largest difference between two seeds' mean CE at K, per per-loop cell of
+        the group trained more than once."""
+        spread = {}
+        for c in [self.normed, *self.per_loop_controls]:
+            t = self.cells[c].tokens if c else None
+            if t is not None and "seed" in t and t["seed"].nunique() > 1:
+                means = t.groupby("seed")[f"ce_{self.cells[c].loops}"].mean()
+                spread[c] = float(means.max() - means.min())
+        return spread
 
     def worse_last(self, c: str) -> str:
         """Where cell c's last loop is worse than its best one, a phrase that says so."""
@@ -235,35 +272,49 @@ FEW_SEEDS = 3
 
 
 def _seed(cell: CellA, i: int) -> CellA:
-    """The cell restricted to its i-th seed's run (a cell with one run as it is)."""
+    """The cell restricted to its i-th seed's run (a cell with one run as it is): every
+    table it is judged on, the clamp's included."""
     if cell.seeds < 2:
         return cell
     seed = sorted(cell.tokens["seed"].unique())[i % cell.seeds]
-    return dataclasses.replace(
-        cell, tokens=cell.tokens[cell.tokens["seed"] == seed].reset_index(drop=True),
-        sweep=cell.sweep[cell.sweep["seed"] == seed].reset_index(drop=True))
+
+    def mine(table: pd.DataFrame) -> pd.DataFrame:
+        return table[table["seed"] == seed].reset_index(drop=True)
+    return dataclasses.replace(cell, tokens=mine(cell.tokens), sweep=mine(cell.sweep),
+                               clamp=mine(cell.clamp))
 
 
-def on_each_seed(claim: Claim, judge: Any, cells: dict[str, CellA], used: set[str],
-                  docs: Documents, margin: float, recipe: str | None) -> None:
-    """The seed rule: where a cell the claim read has 2 to FEW_SEEDS - 1 seeds, a
-    verdict (and magnitude) that holds or is contradicted stands only if each seed's
-    own judgement agrees; otherwise it is inconclusive, and the value says why."""
-    few = [c for c in used if 1 < cells[c].seeds < FEW_SEEDS]
-    if not few:
+def seed_groups(g: GroupA) -> list[GroupA]:
+    """The group once per seed index, every cell of 2 to FEW_SEEDS - 1 seeds restricted
+    to that seed's run (none where no cell has so few)."""
+    few = [v.seeds for v in g.cells.values() if 1 < v.seeds < FEW_SEEDS]
+    return [GroupA.of({c: _seed(v, i) for c, v in g.cells.items()}, g.docs, g.p, g.recipe)
+            for i in range(max(few, default=0))]
+
+
+def on_each_seed(found: Claim, judge: Any, here: GroupA, seeds: list[GroupA],
+                 p: Criteria) -> None:
+    """The seed rule, for every row: where a cell the claim read (here.used) has 2 to
+    FEW_SEEDS - 1 seeds, a verdict (and magnitude) that holds or is contradicted stands
+    only if each seed's own judgement (seeds: seed_groups) agrees; otherwise it is
+    inconclusive, and the value says why. Each seed's verdicts are kept (facts)."""
+    few = sorted(c for c in here.used if 1 < here.cells[c].seeds < FEW_SEEDS)
+    if not few or not seeds:
         return
-    n = max(cells[c].seeds for c in few)
-    alone = [judge(GroupA.of({c: _seed(v, i) for c, v in cells.items()}, docs, margin,
-                             recipe)) for i in range(n)]
-    seen = "/".join(f"{a.verdict}" for a in alone)
-    if claim.verdict in ("holds", "contradicted") and any(
-            a.verdict != claim.verdict for a in alone):
-        claim.verdict = "inconclusive"
-        claim.value += f"; not on each seed alone ({seen})"
-    if claim.magnitude in ("holds", "contradicted") and any(
-            a.magnitude != claim.magnitude for a in alone):
-        claim.magnitude = "inconclusive"
+    alone = [judge(s.at(Criteria(p.values()))) for s in seeds]
+    found.facts["seeds"] = {"rule": f"with under {FEW_SEEDS} seeds each seed alone must "
+                            "agree", "cells": few,
+                            "each": [{"verdict": a.verdict, "magnitude": a.magnitude}
+                                     for a in alone]}
+    seen = "/".join(a.verdict for a in alone)
+    if found.verdict in ("holds", "contradicted") and any(
+            a.verdict != found.verdict for a in alone):
+        found.verdict = "inconclusive"
+        found.value += f"; not on each seed alone ({seen})"
+    if found.magnitude in ("holds", "contradicted") and any(
+            a.magnitude != found.magnitude for a in alone):
+        found.magnitude = "inconclusive"
         each = "/".join(a.magnitude for a in alone)
-        claim.value += f"; magnitude not on each seed alone ({each})"
-    claim.resampled += (f"; under {FEW_SEEDS} seeds ({', '.join(sorted(few))}): "
-                        f"decided only where each seed alone agrees ({seen})")
+        found.value += f"; magnitude not on each seed alone ({each})"
+    found.resampled += (f"; under {FEW_SEEDS} seeds ({', '.join(few)}): decided only where "
+                        f"each seed alone agrees ({seen})")

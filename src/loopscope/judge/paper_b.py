@@ -1,20 +1,27 @@
 """Paper B's claims (per-token fixed-point convergence, exit rules, useful depth), one
 function per claim with its criterion beside its logic. Every interval is computed by
-the convergence and policies stages from one set of document resamples per cell.
+the convergence and policies stages from one set of resamples per cell (documents first,
+then their blocks); each claim states its comparisons (verdicts.Comparison), decided by the
+family-wise rule, and its free parameters are the criteria's, swept for every row.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from loopscope.judge.backbone import Backbone, shares, steps, worst_step
+from loopscope.judge.criteria import Criteria, specification
 from loopscope.judge.verdicts import (
     Claim,
-    Verdict,
-    all_of,
+    Comparison,
     at_least,
+    at_most,
     below,
+    claim,
+    decide,
     effect,
     inside,
     negligible,
@@ -22,194 +29,119 @@ from loopscope.judge.verdicts import (
 )
 from loopscope.measure.intervals import Interval
 from loopscope.measure.token_types import SMALLEST_TYPE
-from loopscope.weights.config import CellConfig
 
-REGIME = 0.75  # paper B's backbones use their depth: useful depth ~ m; below this x m not
-TAIL_FLOOR = 0.02  # a "tail" is at least this share of tokens still updating at R
 # Paper B's KL decay, 3.9e-1 at loop 2 to 8.5e-6 at loop 16: log10 of the ratio
 PAPER_KL_DECADES = math.log10(3.9e-1 / 8.5e-6)  # 4.66
-KL_FACTOR = 1.5  # the decay's magnitude: within this factor of the paper's decades
-MEDIAN_BAND = (0.625, 0.875)  # x R: paper B's median loop 6 of 8, one loop either side
-
-
-@dataclass
-class Backbone:
-    """What paper B's claims read of one backbone: metrics/convergence/<name>.json and
-    metrics/policies/<name>.json (None: its policies were not swept)."""
-
-    name: str
-    conv: dict[str, Any]
-    pol: dict[str, Any] | None = None
-
-    @property
-    def r(self) -> int:
-        return int(self.conv["reference_depth"])
-
-    @property
-    def m(self) -> float:
-        """The training depth's nominal mean m (paper B's "mean", Huginn's `mean`, the
-        depth its evaluation runs; E[r] = m + 1): what the regime is read against."""
-        return float(self.conv.get("nominal_mean") or self.r)
-
-    @property
-    def depth(self) -> str:
-        """The depth the claims compare against, named: R is the evaluation depth, m the
-        training sampler's nominal mean (paper B's "mean 8"), E[r] its expectation."""
-        mean = self.conv.get("sampler_mean")
-        extra = "" if mean is None or mean == self.r else f", m = {self.m:g}, E[r] = {mean:g}"
-        return f"R = {self.r} (model.loops{extra})"
-
-    @property
-    def useful(self) -> Interval:
-        """The useful depth (the share-of-gain rule, loopscope.measure.convergence) and interval."""
-        return Interval.of(self.conv["saturation"]["useful_depth_iv"])
-
-    @property
-    def useful_shares(self) -> str:
-        """The share of resamples at each useful depth, e.g. "5: 62%, 4: 38%"."""
-        return _shares(self.conv["saturation"].get("useful_depth_shares", {}))
-
-    @property
-    def depth_use(self) -> str:
-        """The useful depth with its interval, against R: beside every paper B claim."""
-        iv = self.useful
-        return f"{self.name}: useful depth {iv.value:g} [{iv.lo:g}, {iv.hi:g}] of R = {self.r}"
-
-    def regime(self, useful: Interval | None = None) -> str:
-        """Where this backbone stands against paper B's regime, in which useful depth
-        equals the training mean: measured once, from its useful depth's interval
-        against REGIME x m. "in": the interval lies at or above it; "outside": below;
-        "at the edge": the interval straddles it. Every claim read on the backbone
-        carries this mark; none excuses its verdict. useful: another useful depth
-        (a row of the sensitivity table)."""
-        iv, floor = useful or self.useful, REGIME * self.m
-        state = ("in the paper's regime" if iv.lo >= floor else
-                 "outside the paper's regime" if iv.hi < floor else
-                 "at the edge of the paper's regime")
-        return (f"{state} ({self.name}: useful depth {iv.value:g} [{iv.lo:g}, {iv.hi:g}] "
-                f"vs {REGIME:g} m = {floor:g})")
-
-    def outside(self) -> bool:
-        return self.regime().startswith("outside")
-
-    @property
-    def resampled(self) -> str:
-        """What the backbone's intervals resample: its units, and its seeds (one seed
-        makes every interval conditional on that trained model)."""
-        seeds = int(self.conv.get("seeds", 1))
-        unit = self.conv.get("unit", "document")
-        units = f"{self.name}: {self.conv.get('units', '?')} units ({unit})"
-        return units + (f" x {seeds} seeds" if seeds > 1 else
-                        ", one seed: conditional on that trained model")
-
-
-def _shares(found: dict[str, float]) -> str:
-    """{"k5": 0.62, "k4": 0.38} -> "5: 62%, 4: 38%" (most frequent first)."""
-    return ", ".join(f"{k[1:]}: {v:.0%}" for k, v in
-                     sorted(found.items(), key=lambda kv: -kv[1]))
-
-
-PAPER_B_SIGMA = 0.5  # paper B's sampler (Huginn's): r = 1 + Poisson(LogNormal(., 0.5))
-
-
-def recipe_deviation(cfg: CellConfig) -> str:
-    """How a backbone's recipe differs from paper B's (the sampler's sigma 0.5, a
-    prelude and a coda around the core), or "paper B's" where it does not."""
-    t, m = cfg.train, cfg.model
-    found = []
-    if t.depth_sigma != PAPER_B_SIGMA:
-        found.append(f"sampler sigma {t.depth_sigma:g}, not {PAPER_B_SIGMA:g}")
-    if not (m.n_prelude and m.n_coda):
-        found.append(f"{m.n_prelude} prelude and {m.n_coda} coda blocks (paper B has both)")
-    return "; ".join(found) or "paper B's"
+PAPER_TAIL = 0.1  # "a tail of about 10% of tokens continues updating" at R
+PAPER_MEDIAN = 0.75  # the median token converges at loop 6 of R = 8
+RESULTS = "paper B, results"
+FINDINGS = "paper B, contributions"
 
 
 def _pct(iv: Interval) -> str:
     return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
 
 
-def steps(elasticity: dict[str, Any]) -> dict[int, Interval]:
-    """CE(k+1) - CE(k) for each step k < R of a backbone's metrics' `elasticity`."""
-    return {int(k[1:]): Interval.of(v) for k, v in elasticity["steps"].items()}
-
-
-def worst_step(elasticity: dict[str, Any]) -> tuple[int, Interval] | None:
-    """The step k -> k+1 up to R that helps least (largest CE(k+1) - CE(k)): where
-    monotone improvement breaks first, if anywhere. None: no step measured (R = 1)."""
-    found = steps(elasticity)
-    if not found:
-        return None
-    k = max(found, key=lambda k: found[k].value)
-    return k, found[k]
+def _shifted(raw: dict[str, float], by: float) -> dict[str, float]:
+    """A stored interval minus a constant (a comparison with a threshold as an effect)."""
+    return {**raw, **{k: raw[k] - by for k in ("value", "lo", "hi")}}
 
 
 def elasticity(b: Backbone) -> Claim:
     """Paper B: "monotone improvement from 1 to 8". Monotone: no step k -> k+1 up to R
-    makes CE worse by more than the margin, and the second half of the depth still
-    helps (CE(R/2) - CE(R) above the margin): one gain from 1 to R is not monotone."""
-    e = b.conv["elasticity"]
-    margin, half = e["margin"], Interval.of(e["half_gain"])
-    by_step, worst = steps(e), worst_step(e)
-    if half.too_few_units or any(s.too_few_units for s in by_step.values()):
-        verdict: Verdict = "inconclusive"  # as every rule under @decides
-    elif any(s.lo > margin for s in by_step.values()) or half.hi < margin:
-        verdict = "contradicted"
-    elif all(s.hi <= margin for s in by_step.values()) and half.lo > margin:
-        verdict = "holds"
-    else:
-        verdict = "inconclusive"
+    makes CE worse by more than flat_nats, and the second half of the depth still helps
+    (CE(R/2) - CE(R) above flat_nats): one gain from 1 to R is not monotone."""
+    e, flat = b.conv["elasticity"], b.p.flat_nats
+    tests = [b.test(f"CE({k + 1}) - CE({k})", e["steps"][f"k{k}"], at_most, flat)
+             for k in sorted(steps(e))]
+    tests.append(b.test(f"CE({e['half_depth']}) - CE(R) - {flat:g}",
+                        _shifted(e["half_gain"], flat), effect, 1))
+    worst = worst_step(e)
     worst_text = (f"; worst step CE({worst[0] + 1}) - CE({worst[0]}) {worst[1]}"
                   if worst is not None else "")
-    return Claim(
+    return claim(
         f"Elasticity [{b.name}]: CE improves monotonically from depth 1 to {b.depth}",
         "monotone improvement from 1 to 8",
-        f"every step CE(k+1) - CE(k), k < R, below +{margin} nats (upper bound), and "
-        f"CE(R/2) - CE(R) above {margin} nats (lower bound); paired intervals",
-        f"CE(1) - CE(R) {Interval.of(e['gain'])}; CE({e['half_depth']}) - CE(R) {half}"
-        f"{worst_text} nats", verdict)
+        f"every step CE(k+1) - CE(k), k < R, below +{flat:g} nats (upper bound), and "
+        f"CE(R/2) - CE(R) above {flat:g} nats (lower bound); paired intervals",
+        f"CE(1) - CE(R) {Interval.of(e['gain'])}; CE({e['half_depth']}) - CE(R) "
+        f"{Interval.of(e['half_gain'])}{worst_text} nats", tests, key="elasticity",
+        source=f"{RESULTS}: 'a monotone quality improvement from depth 1 to 8'")
 
 
 def flat_past_r(b: Backbone) -> Claim:
     """Paper B: "flat (3.20 nats) up to 32". Flat means every depth past R, not the
-    last one alone: the largest |CE(D) - CE(R)| over D = R..4R stays inside the margin."""
+    last one alone: the largest |CE(D) - CE(R)| over D = R..4R inside flat_nats."""
     e = b.conv["elasticity"]
-    flat, margin = Interval.of(e["flat"]), e["margin"]
-    return Claim(
+    return claim(
         f"Past R the loss is flat [{b.name}]: CE(D) ~ CE(R) for D = R..{b.conv['max_depth']}, "
         f"{b.depth}", "flat at 3.20 nats from 8 to 32",
-        f"max over D of |CE(D) - CE(R)| inside {margin} nats (interval)",
-        f"{flat} nats (largest at D = {e['flat_depth']}); CE(max D) - CE(R) "
-        f"{Interval.of(e['tail'])}", negligible(flat, margin))
+        f"max over D of |CE(D) - CE(R)| inside {b.p.flat_nats:g} nats (interval)",
+        f"{Interval.of(e['flat'])} nats (largest at D = {e['flat_depth']}); CE(max D) - CE(R) "
+        f"{Interval.of(e['tail'])}",
+        [b.test("max |CE(D) - CE(R)|", e["flat"], negligible, b.p.flat_nats)],
+        key="flat_past_r", source=f"{RESULTS}: 'the validation loss stabilizes (3.20 nats) "
+        "even up to 32 loops'")
 
 
 def kl_decay(b: Backbone) -> Claim:
     """Paper B: mean KL(p_i || p_{i-1}) 3.9e-1 at loop 2 -> 8.5e-6 at loop 16 (2R)."""
     k = b.conv["kl_decay"]
-    ratio = Interval.of(k["log10_ratio"])
-    lo, hi = PAPER_KL_DECADES / KL_FACTOR, PAPER_KL_DECADES * KL_FACTOR
+    lo, hi = PAPER_KL_DECADES / b.p.kl_factor, PAPER_KL_DECADES * b.p.kl_factor
     kl = b.conv["kl"]
-    return Claim(
+    return claim(
         f"Successive outputs converge [{b.name}]: mean KL(p_i || p_(i-1)) falls from loop "
         f"{k['from']} to loop {k['to']} (2R, {b.depth})",
         "3.9e-1 -> 8.5e-6 (R = 8: loops 2 -> 16)",
-        f"log10 KL(2R) / KL(2) < 0 (interval); magnitude: within {KL_FACTOR:g}x of the "
+        f"log10 KL(2R) / KL(2) < 0 (interval); magnitude: within {b.p.kl_factor:g}x of the "
         f"paper's {PAPER_KL_DECADES:.2f} decades, a log10 ratio in [{-hi:.2f}, {-lo:.2f}] "
         "(interval)",
-        f"{kl['k' + str(k['from'])]:.2e} -> {kl['k' + str(k['to'])]:.2e}; log10 ratio {ratio}",
-        effect(ratio, -1), inside(ratio, -hi, -lo))
+        f"{kl['k' + str(k['from'])]:.2e} -> {kl['k' + str(k['to'])]:.2e}; log10 ratio "
+        f"{Interval.of(k['log10_ratio'])}",
+        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], effect, -1)],
+        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], inside, -hi, -lo)],
+        key="kl_decay", source=f"{RESULTS}: mean KL 3.9e-1 at loop 2 to 8.5e-6 at loop 16")
 
 
 def state_decay(b: Backbone) -> Claim:
-    """Paper B: the state change per step decays (a fixed point, not a cycle)."""
-    s = b.conv["state_decay"]
-    ratio = Interval.of(s["log10_ratio"])
+    """Paper B: the state change per step decays, "a fixed point, not a cycle". Two
+    tests: the relative change falls from R to 4R, and it still falls over the last R
+    loops (a cycle's does not: it keeps moving by the same amount). The two-step change
+    against the one-step change (below 1: the state returns every second loop) and the
+    early decay stand beside it (the period-2 row)."""
+    s, c = b.conv["state_decay"], b.conv["cycle"]
     ch = b.conv["state_change"]
-    return Claim(
+    return claim(
         f"The state change per loop decays [{b.name}]: a fixed point, not a cycle",
-        "decays", f"log10 of the mean relative change at loop {s['to']} / at loop R "
-        f"({b.depth}) < 0 (interval)",
-        f"{ch['k' + str(s['from'])]:.2e} -> {ch['k' + str(s['to'])]:.2e}; log10 ratio {ratio}",
-        effect(ratio, -1))
+        "decays: 'the system reaches a fixed point instead of turning in vain'",
+        f"log10 of the mean relative change at loop {s['to']} / at loop R < 0, and its "
+        f"decay per loop over loops {c['late_from']}..{c['late_to']} < 0 (a cycle's stays "
+        f"at 0), {b.depth} (intervals)",
+        f"{ch['k' + str(s['from'])]:.2e} -> {ch['k' + str(s['to'])]:.2e}; log10 ratio "
+        f"{Interval.of(s['log10_ratio'])}; decay per loop {Interval.of(c['early_decay_per_loop'])}"
+        f" (R..2R), {Interval.of(c['late_decay_per_loop'])} (late); two-step / one-step "
+        f"change {Interval.of(c['two_step_ratio'])}",
+        [b.test("log10 change(4R) / change(R)", s["log10_ratio"], effect, -1),
+         b.test("late log10 decay per loop", c["late_decay_per_loop"], effect, -1)],
+        key="state_decay", source=f"{RESULTS}: 'the state change decays per step, "
+        "confirming a fixed point rather than turning in vain'")
+
+
+def period_two(b: Backbone) -> Claim:
+    """Beyond the paper (an extension): over the last R loops, do successive updates
+    alternate in direction (a period-2 signature, h_i near h_{i-2} while h_i moves from
+    h_{i-1})? The mean two-step change below the mean one-step change says so; a
+    monotone approach to a fixed point puts it above (about 1 + 1 / its rate)."""
+    c = b.conv["cycle"]
+    return _extension(claim(
+        f"The late updates alternate in direction (a period-2 signature) [{b.name}]",
+        "(not in the paper: it says 'a fixed point, not a cycle')",
+        f"over loops {c['late_from']}..{c['late_to']}: mean ||h_i - h_(i-2)|| / mean "
+        "||h_i - h_(i-1)|| < 1 (interval)",
+        f"two-step / one-step {Interval.of(c['two_step_ratio'])}; share of tokens whose last "
+        f"two-step change is the smaller {_pct(Interval.of(c['period2_share']))}",
+        [b.test("two-step / one-step change", c["two_step_ratio"], below, 1.0)],
+        key="period_two"))
 
 
 def median_convergence(b: Backbone) -> Claim:
@@ -218,36 +150,44 @@ def median_convergence(b: Backbone) -> Claim:
     (KL below epsilon from that loop on, through the largest depth measured) is the
     definition judged; A1's exit loop (the first loop KL drops below epsilon) is shown
     beside it: it is what the exit rule acts on, and is never later."""
-    c, r = b.conv["convergence"], b.r
-    median = Interval.of(c["median_loop"])
-    ratio = median.map(lambda v: v / r)
-    return Claim(
+    c, r, half = b.conv["convergence"], b.r, b.p.median_band
+    ratio = {k: v / r for k, v in c["median_loop"].items() if k in ("value", "lo", "hi")}
+    lo, hi = PAPER_MEDIAN - half, PAPER_MEDIAN + half
+    return claim(
         f"The median token converges before R [{b.name}] (epsilon {c['epsilon']:g}, "
         f"{b.depth})", "median loop 6 at R = 8",
         "median convergence loop (KL stays below epsilon from it on) < R (interval); "
-        f"magnitude: inside [{MEDIAN_BAND[0]:g}, {MEDIAN_BAND[1]:g}] x R, the paper's 0.75 R "
-        "one loop either side at R = 8 (interval)",
-        f"convergence loop {median} (resamples: {_shares(c.get('median_loop_shares', {}))}); "
-        f"A1's exit loop (first drop below epsilon) {Interval.of(c['median_exit_loop'])} "
-        f"(resamples: {_shares(c.get('median_exit_loop_shares', {}))})",
-        below(median, r), inside(ratio, *MEDIAN_BAND))
+        f"magnitude: inside [{lo:g}, {hi:g}] x R, the paper's {PAPER_MEDIAN:g} R +- "
+        f"{half:g} R (interval)",
+        f"convergence loop {Interval.of(c['median_loop'])} (resamples: "
+        f"{shares(c.get('median_loop_shares', {}))}); A1's exit loop (first drop below "
+        f"epsilon) {Interval.of(c['median_exit_loop'])} (resamples: "
+        f"{shares(c.get('median_exit_loop_shares', {}))})",
+        [b.test("median convergence loop", c["median_loop"], below, r)],
+        [b.test("median convergence loop / R", {**c["median_loop"], **ratio}, inside, lo, hi)],
+        key="median_convergence", source=f"{FINDINGS}: 'the median token converges at the "
+        "sixth loop'")
 
 
 def tail(b: Backbone) -> Claim:
     """Paper B: "a tail of about 10% of tokens continues updating" at the training mean."""
-    share = Interval.of(b.conv["convergence"]["share_after_reference"])
-    return Claim(
+    share, band = b.conv["convergence"]["share_after_r"], b.p.tail_band
+    lo, hi = PAPER_TAIL / band, PAPER_TAIL * band
+    return claim(
         f"A tail of tokens is still updating at R [{b.name}] ({b.depth})", "~10%",
-        f"share with a convergence loop after R at least {TAIL_FLOOR:.0%} (interval; a "
-        "smaller share is no tail); magnitude: interval inside [5%, 20%], the paper's ~10% "
-        "within 2x", _pct(share), at_least(share, TAIL_FLOOR), inside(share, 0.05, 0.2))
+        f"share with a convergence loop after R at least {b.p.tail_floor:.0%} (interval; a "
+        f"smaller share is no tail); magnitude: interval inside [{lo:.0%}, {hi:.0%}], the "
+        f"paper's ~10% within {band:g}x", _pct(Interval.of(share)),
+        [b.test("share converging after R", share, at_least, b.p.tail_floor)],
+        [b.test("share converging after R", share, inside, lo, hi)],
+        key="tail", source=f"{FINDINGS}: 'a tail of about 10% of tokens continues updating "
+        "at the training mean depth of eight'")
 
 
 def token_order(b: Backbone) -> Claim:
     """Paper B: "whitespace shallowest, content words deepest". Both ends of the order,
     against every other type common enough to judge: whitespace below each, content
-    words above each (paired intervals). A content - whitespace gap alone would let a
-    type deeper than content words, or shallower than whitespace, pass."""
+    words above each (paired intervals)."""
     t = b.conv["types"]
     text = (f"Convergence depth is ordered by token type [{b.name}]: whitespace shallowest, "
             "content words deepest")
@@ -259,24 +199,17 @@ def token_order(b: Backbone) -> Claim:
     if "whitespace_minus" not in t or "content_minus" not in t:
         return not_shown(text, paper, crit, f"whitespace or content words too rare or "
                          f"absent (too rare: {rare})")
-    ws = {k: Interval.of(v) for k, v in t["whitespace_minus"].items()}
-    content = {k: Interval.of(v) for k, v in t["content_minus"].items()}
+    tests = [b.test(f"whitespace - {k}", v, effect, -1) for k, v in t["whitespace_minus"].items()]
+    tests += [b.test(f"content - {k}", v, effect, 1) for k, v in t["content_minus"].items()]
     means = ", ".join(f"{n} {t[n]['mean_loop']:.2f}" for n in t.get("judged", []))
-    value = (f"means: {means}; whitespace - " + ", ".join(f"{k} {v}" for k, v in ws.items())
-             + "; content - " + ", ".join(f"{k} {v}" for k, v in content.items())
+    value = (f"means: {means}; " + "; ".join(f"{x.statistic} {x.iv}" for x in tests)
              + f"; too rare: {rare}")
-    return Claim(text, paper, crit, value,
-                 all_of([effect(v, -1) for v in ws.values()]
-                        + [effect(v, +1) for v in content.values()]))
+    return claim(text, paper, crit, value, tests, key="token_order",
+                 source=f"{RESULTS}: 'structural tokens (whitespace) exit earliest, content "
+                 "tokens compute longest'")
 
 
-def _at_matched_quality(q: dict[str, Any], match: float) -> Verdict:
-    """Non-inferiority of a policy's chosen setting on the report windows: the upper
-    bound of CE - CE(R) at most the margin (holds), its lower bound above (contradicted)."""
-    delta = Interval.of(q["delta_ce"])
-    if delta.hi <= match:
-        return "holds"
-    return "contradicted" if delta.lo > match else "inconclusive"
+UNMATCHED = "no setting matched depth R's quality on the choose windows: nothing measured"
 
 
 def _policy_value(q: dict[str, Any], p: dict[str, Any]) -> str:
@@ -286,90 +219,112 @@ def _policy_value(q: dict[str, Any], p: dict[str, Any]) -> str:
             f"depth R, x{q['flops_ratio_baseline']:.2f} of uniform depth {base}")
 
 
-UNMATCHED = "no setting matched depth R's quality on the choose windows: nothing measured"
-
-
-def _swept(b: Backbone, rule: str, text: str, paper: str
-           ) -> tuple[dict[str, Any], dict[str, Any]] | Claim:
-    """The backbone's policies metrics and those of one rule, or the row saying it was
-    not swept."""
+def _policy_row(b: Backbone, rule: str, text: str, paper: str, crit: str, key: str,
+                tests: Callable[[dict[str, Any], dict[str, Any]],
+                                tuple[list[Comparison], list[Comparison]]],
+                source: str) -> Claim:
+    """A row on one rule's chosen setting: not shown where the rule was not swept,
+    inconclusive where no setting matched depth R, else decided on its tests."""
     q = (b.pol or {}).get(rule)
     if q is None:
         return not_shown(text, paper, "-", f"the {rule} rule was not swept on this backbone")
-    return b.pol, q
+    if not q.get("matched"):
+        return replace(Claim(text, paper, crit, UNMATCHED, "inconclusive"), key=key,
+                       source=source)
+    direction, magnitude = tests(b.pol, q)
+    return claim(text, paper, crit, _policy_value(q, b.pol), direction, magnitude, key=key,
+                 source=source)
 
 
 def a1_fewer_loops(b: Backbone) -> Claim:
     """Paper B: A1 (KL exit) matches uniform depth-8 quality at 4.94 mean loops (-38%).
     Two tests, both needed: matched quality, a one-sided non-inferiority test on the
-    report windows (the threshold was chosen on the choose windows at half the margin,
-    so the delta is not at the margin by construction), which a CE worse than depth R's
-    by more than the margin contradicts; and fewer loops than R. The magnitude: fewer
-    loops than the smallest uniform depth that matches R. What the loops cost is the
-    next row (a1_saves_compute)."""
-    text = f"A1 (KL exit) matches uniform depth-R quality in fewer loops [{b.name}]"
-    paper = "4.94 mean loops at R = 8 (-38%)"
-    if isinstance(found := _swept(b, "kl", text, paper), Claim):
-        return found
-    p, q = found
-    match, base = p["match_nats"], p["baseline_depth"]
-    crit = (f"CE - CE(R) on report at most {match} nats (upper bound; contradicted when the "
-            f"lower bound is above) and mean loops < R, {b.depth} (interval); magnitude: "
-            f"mean loops < the smallest uniform depth matching R ({base}, interval)")
-    if not q.get("matched"):
-        return Claim(text, paper, crit, UNMATCHED, "inconclusive")
-    loops = Interval.of(q["mean_loops_iv"])
-    return Claim(text, paper, crit, _policy_value(q, p),
-                 all_of([_at_matched_quality(q, match), below(loops, b.r)]),
-                 below(loops, base))
+    report windows (CE - CE(R) at most noninferiority_nats; the threshold was chosen on
+    the choose windows at half the policies' match_nats), and fewer loops than R. The
+    magnitude: fewer loops than the smallest uniform depth that matches R."""
+    base = (b.pol or {}).get("baseline_depth")
+    m = b.p.noninferiority_nats
+    return _policy_row(
+        b, "kl", f"A1 (KL exit) matches uniform depth-R quality in fewer loops [{b.name}]",
+        "4.94 mean loops at R = 8 (-38%)",
+        f"CE - CE(R) on report at most {m:g} nats (upper bound; contradicted when the lower "
+        f"bound is above) and mean loops < R, {b.depth} (interval); magnitude: mean loops < "
+        f"the smallest uniform depth matching R ({base}, interval)", "a1_fewer_loops",
+        lambda p, q: ([b.test("CE - CE(R)", q["delta_ce"], at_most, m),
+                       b.test("mean loops", q["mean_loops_iv"], below, b.r)],
+                      [b.test("mean loops", q["mean_loops_iv"], below, p["baseline_depth"])]),
+        f"{FINDINGS}: A1 'reaches uniform depth-8 quality in 4.94 loops on average (-38%)'")
 
 
 def a1_saves_compute(b: Backbone) -> Claim:
     """Paper B's -38% is in loops; a loop saved by a rule that reads the coda and head
     at every check may cost more than it saves. The FLOPs per token of A1's chosen
     setting (its checks counted) against uniform depth R, and as the magnitude against
-    the smallest uniform depth matching R's quality (the honest baseline), each with
-    its interval."""
-    text = f"A1 (KL exit) saves compute at matched quality [{b.name}]"
-    paper = "-38% loops (checks not counted)"
-    if isinstance(found := _swept(b, "kl", text, paper), Claim):
-        return found
-    p, q = found
-    base = p["baseline_depth"]
-    crit = (f"FLOPs per token (checks counted) / depth R's < 1, {b.depth} (interval); "
-            f"magnitude: / the smallest uniform depth matching R's ({base}) < 1 (interval)")
-    if not q.get("matched"):
-        return Claim(text, paper, crit, UNMATCHED, "inconclusive")
-    vs_r, vs_base = Interval.of(q["flops_ratio_iv"]), Interval.of(q["flops_ratio_baseline_iv"])
-    value = (f"threshold {q['threshold']:g}: FLOPs x{vs_r} of depth R, x{vs_base} of "
-             f"uniform depth {base}")
-    return Claim(text, paper, crit, value, below(vs_r, 1.0), below(vs_base, 1.0))
+    the smallest uniform depth matching R's quality (the honest baseline)."""
+    base = (b.pol or {}).get("baseline_depth")
+    return _policy_row(
+        b, "kl", f"A1 (KL exit) saves compute at matched quality [{b.name}]",
+        "-38% loops (checks not counted)",
+        f"FLOPs per token (checks counted) / depth R's < 1, {b.depth} (interval); "
+        f"magnitude: / the smallest uniform depth matching R's ({base}) < 1 (interval)",
+        "a1_saves_compute",
+        lambda p, q: ([b.test("FLOPs / depth R's", q["flops_ratio_iv"], below, 1.0)],
+                      [b.test("FLOPs / the baseline's", q["flops_ratio_baseline_iv"], below,
+                              1.0)]),
+        f"{FINDINGS}: 'a 38% reduction of the mean depth (a FLOPs proxy)'")
 
 
 def a2_saves_nothing(b: Backbone) -> Claim:
     """Paper B: A2 (a linear probe trained on oracle convergence labels) needs 7.99 of 8
-    loops: no saving. Holds when its chosen setting runs at least 0.95 R loops (no
-    saving whatever its quality); contradicted only by a real saving at matched quality."""
-    text = f"A2 (oracle-labelled probe) saves nothing [{b.name}]"
-    paper = "7.99 mean loops: no saving"
-    if isinstance(found := _swept(b, "probe", text, paper), Claim):
-        return found
-    p, q = found
-    match = p["match_nats"]
-    crit = (f"mean loops at matched quality (upper bound of CE - CE(R) <= {match} nats) "
-            f">= 0.95 R, {b.depth} (interval)")
-    if not q.get("matched"):
-        return Claim(text, paper, crit, UNMATCHED, "inconclusive")
-    nothing = at_least(Interval.of(q["mean_loops_iv"]), 0.95 * b.r)
-    verdict: Verdict = (nothing if nothing == "holds" or
-                        _at_matched_quality(q, match) == "holds" else "inconclusive")
-    return Claim(text, paper, crit, _policy_value(q, p), verdict)
+    loops: no saving. Holds when its chosen setting runs at least a2_share x R loops (no
+    saving whatever its quality); contradicted only by a real saving at matched quality
+    (both comparisons then decided, by the family-wise rule)."""
+    share, m = b.p.a2_share, b.p.noninferiority_nats
+    row = _policy_row(
+        b, "probe", f"A2 (oracle-labelled probe) saves nothing [{b.name}]",
+        "7.99 mean loops: no saving",
+        f"mean loops at matched quality (upper bound of CE - CE(R) <= {m:g} nats) >= "
+        f"{share:g} R, {b.depth} (interval)", "a2_saves_nothing",
+        lambda p, q: ([b.test("mean loops", q["mean_loops_iv"], at_least, share * b.r)], []),
+        f"{FINDINGS}: the router 'needs almost the full depth (7.99 loops)'")
+    q = (b.pol or {}).get("probe") or {}
+    if row.verdict == "contradicted":  # a saving, but is it at matched quality?
+        quality = b.test("CE - CE(R)", q["delta_ce"], at_most, m).verdict()
+        row.verdict = "contradicted" if quality == "holds" else "inconclusive"
+    return row
 
 
-def _saturates(backbones: list[Backbone], useful: list[Interval]) -> Verdict:
-    """Every backbone's useful depth / m inside [REGIME, 2 - REGIME] (interval)."""
-    return all_of([inside(i.map(lambda v, m=b.m: v / m), REGIME, 2 - REGIME)
-                   for b, i in zip(backbones, useful, strict=True)])
+def _saturates(backbones: list[Backbone], useful: list[Interval], regime: float
+               ) -> list[Comparison]:
+    """Every backbone's useful depth / m inside [regime, 2 - regime]."""
+    return [Comparison(f"{b.name}: useful depth / m", i.map(lambda v, m=b.m: v / m), inside,
+                 (regime, 2 - regime))
+            for b, i in zip(backbones, useful, strict=True)]
+
+
+def saturation(backbones: list[Backbone]) -> Claim:
+    """Paper B's hypothesis: useful depth saturates at the training mean, 4 -> 4 and
+    8 -> 8. It is a claim about two backbones: with one, nothing is tested. Judged on
+    its own criterion: a backbone whose useful depth falls short contradicts it, and
+    the regime marks beside it explain nothing away. Its specification curve runs over
+    the sensitivity table's tolerances too (sensitivity)."""
+    text = "Useful depth saturates at the training-mean depth"
+    paper = "mean 4 -> 4, mean 8 -> 8"
+    regime = backbones[0].p.regime if backbones else 0.75
+    crit = (f"useful depth (smallest depth within {{share}} of the gain CE(1) - CE(best)) "
+            f"/ m inside [{regime:g}, {2 - regime:g}] for every backbone (interval; m the "
+            "sampler's nominal mean, paper B's \"mean\")")
+    if len(backbones) < 2:
+        return replace(not_shown(text, paper, crit.format(share="a share"), "needs two "
+                                 f"backbones of different R; this run has {len(backbones)}"),
+                       key="saturation")
+    share = backbones[0].conv["saturation"].get("share", float("nan"))
+    return claim(text, paper, crit.format(share=f"{share:.0%}"),
+                 "; ".join(f"{b.name}: m = {b.m:g} -> {b.useful} (resamples: "
+                           f"{b.useful_shares})" for b in backbones),
+                 _saturates(backbones, [b.useful for b in backbones], regime),
+                 key="saturation", source=f"{FINDINGS}: 'models trained with a mean of 4 "
+                 "saturate at depth 4; with a mean of 8, at depth 8' (a hypothesis)")
 
 
 def _tolerance(row: dict[str, Any]) -> str:
@@ -385,9 +340,9 @@ def sensitivity(backbones: list[Backbone]) -> list[dict[str, Any]]:
               for b in backbones]
     rows = []
     for key in [k for k in tables[0] if all(k in t for t in tables)]:
-        at = [t[key] for t in tables]
-        useful = [Interval.of(r["useful_depth_iv"]) for r in at]
-        row = {"tolerance": _tolerance(at[0]), "verdict": _saturates(backbones, useful)}
+        useful = [Interval.of(t[key]["useful_depth_iv"]) for t in tables]
+        tests = _saturates(backbones, useful, backbones[0].p.regime)
+        row = {"tolerance": _tolerance(tables[0][key]), "verdict": decide(tests)}
         for b, i in zip(backbones, useful, strict=True):
             row[b.name] = f"{i.value:g} [{i.lo:g}, {i.hi:g}]"
             row[f"{b.name} regime"] = b.regime(i).split(" (")[0]
@@ -395,61 +350,88 @@ def sensitivity(backbones: list[Backbone]) -> list[dict[str, Any]]:
     return rows
 
 
-def fragile(rows: list[dict[str, Any]]) -> str:
-    """"" when the verdict is the same at every tolerance of the table, else which
-    tolerances give which verdict: the verdict hinges on the tolerance."""
-    verdicts = {r["verdict"] for r in rows}
-    if len(verdicts) <= 1:
-        return ""
-    by = {v: ", ".join(r["tolerance"] for r in rows if r["verdict"] == v) for v in verdicts}
-    return "fragile: " + "; ".join(f"{v} at {t}" for v, t in sorted(by.items()))
+def _extension(found: Claim) -> Claim:
+    found.kind = "extension"
+    return found
 
 
-def saturation(backbones: list[Backbone]) -> Claim:
-    """Paper B's hypothesis: useful depth saturates at the training mean, 4 -> 4 and
-    8 -> 8. It is a claim about two backbones: with one, nothing is tested. Judged on
-    its own criterion: a backbone whose useful depth falls short contradicts it, and
-    the regime marks beside it explain nothing away. The verdict at every tolerance of
-    the sensitivity table is read too: one that changes across it is marked fragile."""
-    text = "Useful depth saturates at the training-mean depth"
-    paper = "mean 4 -> 4, mean 8 -> 8"
-    crit = (f"useful depth (smallest depth within {{share}} of the gain CE(1) - CE(best)) "
-            f"/ m inside [{REGIME:g}, {2 - REGIME:g}] for every backbone (interval; m the "
-            "sampler's nominal mean, paper B's \"mean\"); the same at every tolerance of the "
-            "sensitivity table")
-    if len(backbones) < 2:
-        return not_shown(text, paper, crit.format(share="a share"), "needs two backbones of "
-                         f"different R; this run has {len(backbones)}")
-    share = backbones[0].conv["saturation"].get("share", float("nan"))
-    crit = crit.format(share=f"{share:.0%}")
-    verdict = _saturates(backbones, [b.useful for b in backbones])
-    value = "; ".join(f"{b.name}: m = {b.m:g} -> {b.useful} (resamples: {b.useful_shares})"
-                      for b in backbones)
-    if note := fragile(sensitivity(backbones)):
-        value += f"; {note}"
-    return Claim(text, paper, crit, value, verdict)
+ROWS_MAIN = (elasticity, flat_past_r, kl_decay, state_decay, period_two, median_convergence,
+             tail)
+ROWS_POLICY = (a1_fewer_loops, a1_saves_compute, a2_saves_nothing)
+# every row is named by its judge's name (its id's middle), kept where it is not shown
 
 
 def paper_b_claims(conv: dict[str, dict[str, Any]], pol: dict[str, dict[str, Any]],
-                   main: str | None, second: str | None) -> list[Claim]:
-    """Paper B's claims from metrics/convergence and metrics/policies of its backbones.
-
-    conv, pol: metrics per cell; main: the backbone of paper B's main setting (mean
-    depth 8 there), second: the other one of the saturation test (mean 4); None: absent.
-    Token order is judged on both backbones, one row each.
-    """
+                   main: str | None, second: str | None, values: dict[str, float]
+                   ) -> list[Claim]:
+    """Paper B's claims from metrics/convergence and metrics/policies of its backbones,
+    each judged at the criteria's values (values: the claims section's) and over its
+    specification curve. main: the backbone of paper B's main setting (mean depth 8
+    there), second: the other one of the saturation test (mean 4); None: absent. Token
+    order is judged on both backbones, one row each."""
     if main is None or main not in conv:
         why = "no paper B backbone in this run"
-        return [not_shown(text, paper, "-", why)
-                for text, paper in (("Elasticity", "monotone to 8, flat after"),
-                                    ("Per-token convergence", "median loop 6, ~10% at R"))]
-    b = Backbone(main, conv[main], pol.get(main))
-    others = [Backbone(c, conv[c], pol.get(c)) for c in (second,) if c is not None and c in conv]
-    rows = [(c, [b]) for c in (elasticity(b), flat_past_r(b), kl_decay(b), state_decay(b),
-                               median_convergence(b), tail(b))]
-    rows += [(token_order(x), [x]) for x in [b, *others]]
-    rows += [(a1_fewer_loops(b), [b]), (a1_saves_compute(b), [b]),
-             (a2_saves_nothing(b), [b]), (saturation([*others, b]), [*others, b])]
-    return [replace(c, depth_use="; ".join(x.depth_use for x in read),
-                    regime="; ".join(x.regime() for x in read),
-                    resampled="; ".join(x.resampled for x in read)) for c, read in rows]
+        return [replace(not_shown(text, paper, "-", why), key=key)
+                for key, text, paper in (
+                    ("elasticity", "Elasticity", "monotone to 8, flat after"),
+                    ("median_convergence", "Per-token convergence", "median loop 6, ~10% at R"))]
+    base = Criteria(values)
+    names = [main, *[c for c in (second,) if c is not None and c in conv]]
+
+    def at(p: Criteria) -> list[Backbone]:
+        return [Backbone(c, conv[c], pol.get(c), p) for c in names]
+
+    rows: list[tuple[Claim, list[str]]] = []
+    for judge in map(_keyed, (*ROWS_MAIN, *ROWS_POLICY)):
+        rows.append((specification(lambda p, j=judge: j(at(p)[0]), base), [main]))
+    for i, name in enumerate(names):
+        rows.append((specification(lambda p, i=i: _keyed(token_order)(at(p)[i]), base),
+                     [name]))
+    rows.append((_saturation_row(at, base), [*names[1:], main]))
+    return [_marked(c, [Backbone(n, conv[n], pol.get(n), base) for n in read])
+            for c, read in rows]
+
+
+def _keyed(judge: Callable[[Backbone], Claim]) -> Callable[[Backbone], Claim]:
+    """The row a judge returns, named by the judge (a row not shown keeps its key)."""
+    def keyed(b: Backbone) -> Claim:
+        found = judge(b)
+        found.key = judge.__name__
+        return found
+    return keyed
+
+
+def _saturation_row(at: Callable[[Criteria], list[Backbone]], base: Criteria) -> Claim:
+    """Saturation over its criteria and over the sensitivity table's tolerances."""
+    def ordered(p: Criteria) -> list[Backbone]:
+        found = at(p)
+        return [*found[1:], found[0]]
+    table = ordered(base)
+    keys = [(r["kind"], r["tolerance"]) for r in
+            table[0].conv["saturation"].get("sensitivity", [])]
+
+    def at_tolerance(key: tuple[str, float]) -> Claim:
+        backbones = ordered(base.fresh())
+        rows = [{(r["kind"], r["tolerance"]): r for r in b.conv["saturation"]["sensitivity"]}
+                for b in backbones]
+        for b, r in zip(backbones, rows, strict=True):
+            b.conv = {**b.conv, "saturation": {**b.conv["saturation"],
+                                               "useful_depth_iv": r[key]["useful_depth_iv"]}}
+        return saturation(backbones)
+    extra = [("useful depth's tolerance", [_tolerance({"kind": k, "tolerance": t})
+                                           for k, t in keys], None)] if keys else []
+    if extra:
+        labels = extra[0][1]
+        extra = [("useful depth's tolerance", labels,
+                  lambda label: at_tolerance(keys[labels.index(label)]))]
+    return specification(lambda p: saturation(ordered(p)), base, extra)
+
+
+def _marked(c: Claim, read: list[Backbone]) -> Claim:
+    """A row with the marks of the backbones it reads: useful depth, regime (in words
+    and as data), what its intervals resample."""
+    c.facts["backbones"] = [b.name for b in read]
+    c.facts["regimes"] = [b.regime_fact() for b in read]
+    return replace(c, depth_use="; ".join(b.depth_use for b in read),
+                   regime="; ".join(b.regime() for b in read),
+                   resampled="; ".join(b.resampled for b in read))

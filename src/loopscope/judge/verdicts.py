@@ -1,4 +1,4 @@
-"""Verdict rules: how an interval decides a verdict, and the claims table's row.
+"""Verdict rules: how an interval decides a verdict, and the claims table's record.
 
 A verdict is one of
     holds          the interval (95%, units resampled) decides for the claim
@@ -8,7 +8,14 @@ A verdict is one of
     not shown      the cells or metrics the claim needs are not in this run
 A claim of an effect holds when its interval excludes zero in the claimed direction;
 a claim of *no* effect holds when its interval lies inside a stated margin. Where a
-paper gives a magnitude, the magnitude gets its own verdict beside the direction.
+paper gives a magnitude, the magnitude gets its own verdict beside the direction, and a
+row's headline verdict is the two together (`headline`).
+
+The family-wise rule, the same for both papers: a claim made of k comparisons (every
+control, every step, every token type) holds when each holds on its own 95% interval
+(the claim needs all of them, so no correction is due), and is contradicted only when
+one is contradicted at the Bonferroni level 1 - 0.05 / k (`decide`), so that one of k
+chances to fail counts at the 5% level.
 
 Only the judges import this module (the claims, the reports, the summary): editing how a
 verdict is decided reruns no measurement (tests/test_layout.py).
@@ -17,8 +24,9 @@ verdict is decided reruns no measurement (tests/test_layout.py).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
 
@@ -117,12 +125,95 @@ def widened(iv: Interval, family: int) -> Interval:
                     iv.value + f * (iv.hi - iv.value), iv.units)
 
 
+FAMILY_RULE = ("Bonferroni within a claim: a claim of k comparisons holds when each holds "
+               "at 95%, and is contradicted when one is at the level 1 - 0.05 / k")
+BANDS: dict[Callable[..., Verdict], Callable[..., tuple[float, float]]] = {
+    effect: lambda sign: (0.0, math.inf) if sign > 0 else (-math.inf, 0.0),
+    negligible: lambda margin: (-margin, margin),
+    at_least: lambda threshold: (threshold, math.inf),
+    at_most: lambda threshold: (-math.inf, threshold),
+    below: lambda threshold: (-math.inf, threshold),
+    inside: lambda lo, hi: (lo, hi),
+}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison a claim makes: the interval of a statistic against a rule
+    (effect, negligible, at_least, at_most, below, inside) and its arguments. level:
+    the interval at the level of a family of k comparisons (from the resamples where
+    they are at hand, else the stored 95% interval widened)."""
+
+    statistic: str
+    iv: Interval
+    rule: Callable[..., Verdict]
+    args: tuple[float, ...]
+    level: Callable[[int], Interval] | None = None
+
+    def at(self, family: int) -> Interval:
+        if family <= 1:
+            return self.iv
+        return self.level(family) if self.level is not None else widened(self.iv, family)
+
+    def verdict(self, family: int = 1) -> Verdict:
+        return self.rule(self.at(family), *self.args)
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """Where the claim holds: the interval must lie inside."""
+        return BANDS[self.rule](*self.args)
+
+    def margin(self) -> float:
+        """How far inside its band the interval lies, in widths of the interval
+        (negative: some of it is outside)."""
+        lo, hi = self.band
+        width = max(self.iv.hi - self.iv.lo, 1e-300)
+        return min(self.iv.lo - lo, hi - self.iv.hi) / width
+
+    def record(self) -> dict[str, Any]:
+        lo, hi = self.band
+        return {"statistic": self.statistic, **self.iv.to_dict(),
+                "band": [None if math.isinf(lo) else lo, None if math.isinf(hi) else hi]}
+
+
+def decide(tests: list[Comparison]) -> Verdict:
+    """A claim of every comparison in tests, by the family-wise rule (module doc)."""
+    return all_of([t.verdict() for t in tests], [t.verdict(len(tests)) for t in tests])
+
+
+def decisive(tests: list[Comparison]) -> Comparison | None:
+    """The comparison a claim's verdict turns on: the first that does not hold, else
+    the one that holds by the narrowest margin."""
+    if not tests:
+        return None
+    failing = [t for t in tests if t.verdict() != "holds"]
+    return failing[0] if failing else min(tests, key=Comparison.margin)
+
+
+def headline(direction: Verdict, magnitude: Verdict | str) -> Verdict:
+    """A row's verdict with its magnitude: holds only where both hold, contradicted
+    where either is, otherwise inconclusive (the direction alone without a magnitude)."""
+    if magnitude in ("n/a", "", None) or direction == "not shown":
+        return direction
+    both = (direction, magnitude)
+    if "contradicted" in both:
+        return "contradicted"
+    return "holds" if both == ("holds", "holds") else "inconclusive"
+
+
+Kind = Literal["finding", "extension", "check"]
+
+
 @dataclass
 class Claim:
-    """One row of a claims table."""
+    """One row of a claims table. In words: the claim, what the paper says (paper_says)
+    and where (source), the criterion, ours (value); as data: the comparisons the
+    direction and the magnitude are decided on (tests, magnitude_tests: their verdicts,
+    by the family-wise rule, are `verdict` and `magnitude`), kind (finding: a claim of
+    the paper | extension: beyond the paper | check: of the implementation)."""
 
     claim: str
-    paper: str
+    paper_says: str
     criterion: str
     value: str
     verdict: Verdict
@@ -131,24 +222,43 @@ class Claim:
     depth_use: str = ""  # paper B: the backbone's useful depth against R
     recipe: str = ""  # the recipe group of paper A's cells the claim is judged in
     resampled: str = ""  # what the interval resamples: units, and seeds per cell
-    kind: str = "finding"  # finding: a claim of the paper | check: of the implementation
+    kind: Kind = "finding"
+    key: str = ""  # the claim's stable name within its paper (its id's middle)
+    source: str = ""  # where the paper says it
+    tests: list[Comparison] = field(default_factory=list)
+    magnitude_tests: list[Comparison] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)  # structured fields the stage adds
 
-    def row(self) -> dict[str, str]:
-        return asdict(self)
+    @property
+    def headline(self) -> Verdict:
+        return headline(self.verdict, self.magnitude)
+
+    def record(self) -> dict[str, Any]:
+        """The row as data (tables/claims.json, its JSON Schema in tests/claims.schema.json)."""
+        found = decisive(self.tests)
+        out = {k: v for k, v in asdict(self).items()
+               if k not in ("tests", "magnitude_tests", "facts")}
+        out["headline"] = self.headline
+        out["estimate"] = found.record() if found is not None else None
+        mag = decisive(self.magnitude_tests)
+        out["magnitude_estimate"] = mag.record() if mag is not None else None
+        out["comparisons"] = len(self.tests)
+        return {**out, **self.facts}
+
+
+def claim(text: str, paper_says: str, criterion: str, value: str, tests: list[Comparison],
+          magnitude: list[Comparison] | None = None, **fields: Any) -> Claim:
+    """A row decided on its comparisons by the family-wise rule (decide)."""
+    mags = magnitude or []
+    return Claim(text, paper_says, criterion, value, decide(tests),
+                 decide(mags) if mags else "n/a", tests=tests, magnitude_tests=mags,
+                 **fields)
 
 
 def not_shown(claim: str, paper: str, criterion: str, why: str) -> Claim:
     return Claim(claim, paper, criterion, why, "not shown")
 
 
-def table(claims: list[Claim]) -> list[dict[str, str]]:
-    """Rows for a DataFrame or an HTML table; the regime, depth use, recipe and
-    resampled columns only where a claim has one."""
-    rows = [c.row() for c in claims]
-    for r in rows:
-        del r["kind"]  # the table a row sits in says it: findings and checks apart
-    for col in ("regime", "depth_use", "recipe", "resampled"):
-        if not any(r[col] for r in rows):
-            for r in rows:
-                del r[col]
-    return rows
+def table(claims: list[Claim]) -> list[dict[str, Any]]:
+    """The rows as records (Claim.record)."""
+    return [c.record() for c in claims]

@@ -74,7 +74,7 @@ def matched_policies(metrics: dict[str, Any], first: int, every: int) -> dict[st
     chose, where it exits before the cap: a rule that never matched depth R's quality, or
     matched it only by not exiting (a threshold of 0 is uniform depth R plus checks), has
     nothing to time."""
-    reference = metrics["reference_depth"]
+    reference = metrics["r"]
     return {rule: make(rule, metrics[rule]["threshold"], first, every)
             for rule in TIMED if metrics.get(rule, {}).get("matched")
             and metrics[rule]["mean_loops"] < reference}
@@ -239,7 +239,7 @@ def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None 
     if repeats < MIN_REPEATS:
         raise ParamsError(f"--repeats is {repeats}; every mode is a median over at least "
                           f"{MIN_REPEATS} interleaved rounds.")
-    r, m, b = (metrics["reference_depth"], metrics["uniform"]["matched_depth"],
+    r, m, b = (metrics["r"], metrics["uniform"]["matched_depth"],
                metrics["baseline_depth"])
     first = next(trained_runs(cell))
     tokens = min(params.bench.decode_tokens, first.cell.model.context)
@@ -250,7 +250,7 @@ def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None 
         policies = matched_policies(metrics, cfg.first, cfg.every)
         report = sets["report"]
         result = {
-            "cell": cell, "run": first.tag, "reference_depth": r, "matched_depth": m,
+            "cell": cell, "run": first.tag, "r": r, "matched_depth": m,
             "baseline_depth": b, "repeats": repeats,
             "thresholds": {n: metrics[n]["threshold"] for n in policies},
             "check_schedule": {"first": cfg.first, "every": cfg.every},
@@ -273,7 +273,7 @@ def headline(result: dict[str, Any]) -> str:
     """The scoring speedups against the baseline depth, in one line."""
     s = result["scoring"]
     found = ", ".join(f"{n} {v:.2f}x (FLOPs {s['flop_speedup'][n]:.2f}x; "
-                      f"{s['realized_vs_r'][n]:.2f}x vs depth {result['reference_depth']})"
+                      f"{s['realized_vs_r'][n]:.2f}x vs depth {result['r']})"
                       for n, v in s["realized"].items())
     return (f"bench exits {result['cell']}: scoring against uniform depth "
             f"{result['baseline_depth']}: {found}")

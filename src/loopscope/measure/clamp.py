@@ -100,8 +100,9 @@ def clamp_run(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Te
 
 def clamp_metrics(runs: list[Clamped], resamples: int) -> dict[str, Any]:
     """metrics/clamp/<cell>.json: per mode, the mean change in CE per loop over the
-    tokens of every run, and at the last loop its 95% interval from resampling units
-    and seeds."""
+    tokens of every run, at the last loop its 95% interval from resampling units and
+    seeds, and the same interval of each seed alone (`delta_ce_last_by_seed`: with two
+    seeds a verdict must hold on each)."""
     docs = np.concatenate([r.docs for r in runs])
     seeds = np.concatenate([np.full(len(r.docs), r.seed) for r in runs])
     out = {}
@@ -109,8 +110,22 @@ def clamp_metrics(runs: list[Clamped], resamples: int) -> dict[str, Any]:
         delta = np.concatenate([r.delta[mode] for r in runs], axis=1)
         out[mode] = {"delta_ce": {f"k{k}": float(v) for k, v in enumerate(delta.mean(axis=1), 1)},
                      "delta_ce_last": bootstrap_mean(delta[-1], docs, resamples,
-                                                     runs=seeds).to_dict()}
+                                                     runs=seeds).to_dict(),
+                     "delta_ce_last_by_seed": {
+                         f"seed{r.seed}": bootstrap_mean(r.delta[mode][-1], r.docs,
+                                                         resamples).to_dict() for r in runs}}
     return out
+
+
+def clamp_table(runs: list[Clamped]) -> pd.DataFrame:
+    """tables/clamp/<cell>.parquet: one row per token and seed (the rows of
+    tables/diagnose, in their order), the change in CE at the last loop under each mode,
+    so the claims resample the clamp with the other measurements of the cell, paired,
+    and judge each seed alone."""
+    return pd.DataFrame({
+        "seed": np.concatenate([np.full(len(r.docs), r.seed) for r in runs]),
+        "doc": np.concatenate([r.docs for r in runs]),
+        **{mode: np.concatenate([r.delta[mode][-1] for r in runs]) for mode in CLAMP_MODES}})
 
 
 def clamp_headline(metrics: dict[str, Any]) -> str:

@@ -1,5 +1,5 @@
 """Per-token fixed-point convergence (paper B): what happens to each token's state and
-prediction as the loop runs past the training depth.
+prediction as the loop runs past R, the depth the cell is read at.
 
 From uniform-depth trajectories (loopscope.measure.trajectories): elasticity (CE per
 depth), the convergence loop of each token, the useful depth (saturation), the same by
@@ -21,7 +21,7 @@ import pandas as pd
 from tokenizers import Tokenizer
 
 from loopscope.measure.exits import KL
-from loopscope.measure.intervals import Documents, Interval, bootstrap_mean
+from loopscope.measure.intervals import Documents, Interval, bootstrap_mean, design_effect
 from loopscope.measure.masked import PolicyResult, evaluate, pool
 from loopscope.measure.params import ConvergenceConfig
 from loopscope.measure.runs import Run
@@ -114,7 +114,8 @@ def _per_draw(boot: Documents, docs: np.ndarray, rows: np.ndarray) -> np.ndarray
 
 def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
               epsilon: float, cfg: ConvergenceConfig, sampler_mean: float | None = None,
-              nominal_mean: float | None = None) -> dict[str, Any]:
+              nominal_mean: float | None = None, parents: np.ndarray | None = None
+              ) -> dict[str, Any]:
     """metrics/convergence/<cell>.json from a trajectory (tokens of all seeds pooled):
     per-depth and per-loop means, and every statistic a paper B claim is judged by with
     its 95% interval from one set of document resamples (so differences are paired):
@@ -122,36 +123,29 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
     useful depth, the convergence loop and A1's exit loop, and the convergence loop by
     token type (types: TOKEN_TYPES indices, -1 for tokens left out). docs: one document
     per token; sampler_mean: the training sampler's E[r], and nominal_mean its nominal
-    mean m (Huginn's `mean`, E[r] = m + 1), recorded beside R. cfg: tolerance, the
-    useful depth's share and sensitivity table, resamples (convergence params)."""
-    d, tolerance = traj.depth, cfg.tolerance
-    boot = Documents(docs, cfg.bootstrap)
+    mean m (Huginn's `mean`, E[r] = m + 1), recorded beside R. cfg: the
+    useful depth's share and sensitivity table, resamples (convergence params).
+    parents: the document of each token where the units are blocks within documents:
+    documents are resampled first (intervals.Documents)."""
+    d = traj.depth
+    boot = Documents(docs, cfg.bootstrap, parents=parents)
     iv = boot.interval
     ce = _per_draw(boot, docs, traj.ce)  # (D, draws)
     kl = _per_draw(boot, docs, np.nan_to_num(traj.kl[1:]))  # loops 2..D
     change = _per_draw(boot, docs, traj.change)
     conv = convergence_loop(traj.kl, epsilon)
     exit_ = first_below(traj.kl, epsilon)
-    half = max(r // 2, 1)
     late = min(2 * r, d)
-    past = np.abs(ce[r - 1:] - ce[r - 1])  # |CE(D') - CE(R)|, D' = R..D
     median, median_exit = boot.quantile(docs, conv, 0.5), boot.quantile(docs, exit_, 0.5)
     out: dict[str, Any] = {
-        "reference_depth": r, "sampler_mean": sampler_mean, "nominal_mean": nominal_mean,
+        "r": r, "sampler_mean": sampler_mean, "nominal_mean": nominal_mean,
         "max_depth": d,
         "tokens": int(traj.ce.shape[1]), "units": len(boot.ids),
         "ce_at_depth": {f"k{k}": float(v) for k, v in enumerate(ce[:, 0], 1)},
         "kl": {f"k{k}": float(v) for k, v in enumerate(kl[:, 0], 2)},
         "state_change": {f"k{k}": float(v) for k, v in enumerate(change[:, 0], 1)},
         "angle": {f"k{k}": float(v) for k, v in enumerate(traj.angle.mean(1), 1)},
-        "elasticity": {
-            "gain": iv(ce[0] - ce[r - 1]).to_dict(),
-            "half_depth": half, "half_gain": iv(ce[half - 1] - ce[r - 1]).to_dict(),
-            "steps": {f"k{k}": iv(ce[k] - ce[k - 1]).to_dict() for k in range(1, r)},
-            "tail": iv(ce[d - 1] - ce[r - 1]).to_dict(),
-            "flat": iv(past.max(axis=0)).to_dict(),
-            "flat_depth": int(np.argmax(past[:, 0])) + r,
-            "margin": tolerance},
+        "elasticity": _elasticity(ce, iv, r),
         "kl_decay": {"from": 2, "to": late,
                      "log10_ratio": iv(np.log10(kl[late - 2] / kl[0])).to_dict()},
         "state_decay": {"from": r, "to": d,
@@ -164,11 +158,57 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
             "median_exit_loop": iv(median_exit).to_dict(),
             "median_exit_loop_shares": shares(median_exit),
             "mean_loop": float(conv.mean()),
-            "share_after_reference": iv(boot.mean(docs, conv > r)).to_dict(),
+            "share_after_r": iv(boot.mean(docs, conv > r)).to_dict(),
             "share_unsettled": float(np.mean(conv > d))},
     }
     out["types"] = _by_type(boot, docs, conv, types)
+    out["cycle"] = cycle(boot, docs, traj, r)
+    if parents is not None:  # what resampling documents first does to an interval
+        out["design_effect"] = {"statistic": "mean CE at depth R", "value": design_effect(
+            docs, traj.ce[r - 1], parents, cfg.bootstrap)}
     return out
+
+
+def _elasticity(ce: np.ndarray, iv: Callable[[np.ndarray], Interval], r: int
+                ) -> dict[str, Any]:
+    """CE against depth, per draw (ce: (D, draws)): the gain from depth 1 to R, the
+    second half's (R/2 to R), every step k -> k+1 up to R, and past R the tail and the
+    largest |CE(D') - CE(R)| (flatness), with intervals. What change counts as none is
+    the claims' to say (claims.flat_nats)."""
+    d, half = len(ce), max(r // 2, 1)
+    past = np.abs(ce[r - 1:] - ce[r - 1])  # |CE(D') - CE(R)|, D' = R..D
+    return {"gain": iv(ce[0] - ce[r - 1]).to_dict(),
+            "half_depth": half, "half_gain": iv(ce[half - 1] - ce[r - 1]).to_dict(),
+            "steps": {f"k{k}": iv(ce[k] - ce[k - 1]).to_dict() for k in range(1, r)},
+            "tail": iv(ce[d - 1] - ce[r - 1]).to_dict(),
+            "flat": iv(past.max(axis=0)).to_dict(),
+            "flat_depth": int(np.argmax(past[:, 0])) + r}
+
+
+def cycle(boot: Documents, docs: np.ndarray, traj: Trajectory, r: int) -> dict[str, Any]:
+    """Does the state settle, or cycle? Over the late loops (the last R, D - R .. D) and,
+    for contrast, R .. 2R: the one-step change's decay per loop,
+    log10(change(end) / change(start)) / loops (a fixed point's keeps falling; a cycle's
+    stays); over the late loops, the mean two-step change ||h_i - h_{i-2}|| over the mean
+    one-step change (a period-2 cycle returns every second loop: below 1; a monotone
+    approach to a fixed point gives about 1 + 1/rate, above 1); and the share of tokens
+    whose last two-step change is below their one-step change. Each with its interval."""
+    d = traj.depth
+
+    def decay(start: int, end: int) -> dict[str, float]:
+        one = _per_draw(boot, docs, traj.change[[start - 1, end - 1]])
+        return boot.interval((np.log10(one[1]) - np.log10(one[0])) / (end - start)).to_dict()
+
+    late = max(d - r, 2)
+    one = _per_draw(boot, docs, traj.change[late - 1:]).mean(0)
+    two = _per_draw(boot, docs, traj.change2[late - 1:]).mean(0)
+    return {"late_from": late, "late_to": d,
+            "late_decay_per_loop": decay(late, d),
+            "early_decay_per_loop": decay(r, min(2 * r, d)),
+            "two_step_ratio": boot.interval(two / one).to_dict(),
+            "period2_share": boot.interval(
+                boot.mean(docs, (traj.change2[-1] < traj.change[-1]).astype(np.float64)))
+            .to_dict()}
 
 
 def _by_type(boot: Documents, docs: np.ndarray, conv: np.ndarray, types: np.ndarray
@@ -197,7 +237,8 @@ def _by_type(boot: Documents, docs: np.ndarray, conv: np.ndarray, types: np.ndar
 
 
 def cross_analysis(traj: Trajectory, run: PolicyResult, docs: np.ndarray,
-                   choose_ce: np.ndarray, resamples: int) -> dict[str, Any]:
+                   choose_ce: np.ndarray, resamples: int, parents: np.ndarray | None = None
+                   ) -> dict[str, Any]:
     """Paper B's KL exit on a cell (tokens of all seeds pooled): where it fires, the CE
     there against the best uniform depth, and how far the state still turned at the
     exit (a scale-drifting state freezes: a small angle, not a converged one).
@@ -213,7 +254,8 @@ def cross_analysis(traj: Trajectory, run: PolicyResult, docs: np.ndarray,
         "ce_at_exit": float(run.ce.mean()),
         "best_depth": best + 1, "best_depth_chosen_on": "choose",
         "ce_best_depth": float(traj.ce[best].mean()),
-        "delta_ce": bootstrap_mean(run.ce - traj.ce[best], docs, resamples).to_dict(),
+        "delta_ce": bootstrap_mean(run.ce - traj.ce[best], docs, resamples,
+                                   parents=parents).to_dict(),
         "angle_at_exit": float(run.last_angle.mean()),
         "angle_at_best_depth": float(traj.angle[best].mean()),
     }
@@ -236,6 +278,7 @@ class RunConvergence:
     types: np.ndarray  # TOKEN_TYPES index of each position's target (SPECIAL: left out)
     docs: np.ndarray  # the resampling unit of each `report` token
     unit: str  # what a unit is (loopscope.measure.units)
+    parents: np.ndarray | None = None  # each token's document, where units are blocks
 
     def table(self, epsilon: float) -> pd.DataFrame:
         """One row per `report` token: its type, convergence loop, first loop below
@@ -247,7 +290,7 @@ class RunConvergence:
             "convergence_loop": convergence_loop(self.traj.kl, epsilon),
             "first_below_loop": first_below(self.traj.kl, epsilon),
             "exit_loop": self.exits.exit_loop.astype(np.int16),
-            "ce_depth1": self.traj.ce[0], "ce_reference": self.traj.ce[self.r - 1]})
+            "ce_depth1": self.traj.ce[0], "ce_r": self.traj.ce[self.r - 1]})
 
     def describe(self) -> str:
         """Mean CE at depth 1, at R and at D: how much the loop past R still changes."""
@@ -278,7 +321,7 @@ def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon:
         nominal_mean=nominal_mean(run.cell.train, r), traj=traj,
         choose_ce=choose_ce, exits=exits, tokens=report.x.flatten().cpu().numpy(),
         types=window_types(tok, window)[:, 1:].reshape(-1), docs=report.token_docs(),
-        unit=report.unit)
+        unit=report.unit, parents=report.token_parents())
 
 
 def cell_table(runs: list[RunConvergence], epsilon: float) -> pd.DataFrame:
@@ -296,11 +339,12 @@ def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsil
     traj = Trajectory.concat([r.traj for r in runs])
     docs = np.concatenate([r.docs for r in runs])
     cell = runs[0]
+    parents = None if cell.parents is None else np.concatenate([r.parents for r in runs])
     metrics = summarize(traj, docs, np.concatenate([run.types for run in runs]), cell.r,
-                        cfg.epsilon, cfg, cell.sampler_mean, cell.nominal_mean)
+                        cfg.epsilon, cfg, cell.sampler_mean, cell.nominal_mean, parents)
     choose_ce = np.concatenate([r.choose_ce for r in runs], axis=1).mean(axis=1)
     metrics["cross"] = cross_analysis(traj, pool([r.exits for r in runs]), docs, choose_ce,
-                                      cfg.bootstrap)
+                                      cfg.bootstrap, parents)
     metrics["cross"]["epsilon"] = cross_epsilon
     # The `choose` windows' curve and useful depth: what a recipe is chosen on (the
     # depth-use search, loopscope.tools.levers), away from the `report` windows it is judged on
@@ -309,6 +353,8 @@ def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsil
         "useful_depth": int(useful_depth(choose_ce, share=cfg.useful_share))}
     metrics["seeds"] = len(runs)
     metrics["unit"] = cell.unit
+    if parents is not None:
+        metrics["documents"] = int(len(np.unique(parents)))
     return metrics
 
 
@@ -316,6 +362,6 @@ def headline(metrics: dict[str, Any]) -> str:
     """The cell's convergence in one line, from its metrics."""
     c = metrics["convergence"]
     return (f"median token converges at loop {c['median_loop']['value']:g}, "
-            f"{c['share_after_reference']['value']:.1%} still changing after R; useful "
+            f"{c['share_after_r']['value']:.1%} still changing after R; useful "
             f"depth {metrics['saturation']['useful_depth']}; A1 exits at "
             f"{metrics['cross']['mean_exit_loop']:.2f} loops on average")

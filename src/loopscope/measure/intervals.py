@@ -66,17 +66,37 @@ class Documents:
     one run per cell the run level changes nothing: the interval is conditional on one
     trained model.
 
+    Where the units are blocks of windows within a few documents (parents: the document
+    of each token), the resample is nested: documents are drawn with replacement, each
+    with all its blocks (_nested_draws), so that the blocks of one document, which share
+    its topic and style, are not counted as independent (design_effect says how much
+    wider that makes an interval).
+
     Each method returns an array of draws: index 0 the statistic on the sample itself,
     1.. one per resample (interval turns it into an Interval)."""
 
-    def __init__(self, docs: np.ndarray, resamples: int = 1000, seed: int = 0) -> None:
+    def __init__(self, docs: np.ndarray, resamples: int = 1000, seed: int = 0,
+                 parents: np.ndarray | None = None) -> None:
         self.ids = np.unique(docs)
         k = len(self.ids)
         self.seed, self.resamples = seed, resamples
         rng = np.random.default_rng(seed)
-        draws = rng.multinomial(k, np.full(k, 1.0 / k), size=resamples).astype(np.float64)
-        self.weights = np.vstack([np.ones(k), draws])
+        if parents is None:
+            draws = rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)
+        else:
+            draws = _nested_draws(rng, self._parent_of(np.asarray(docs), parents), resamples)
+        self.weights = np.vstack([np.ones(k), draws.astype(np.float64)])
         self._runs: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+
+    def _parent_of(self, docs: np.ndarray, parents: np.ndarray) -> np.ndarray:
+        """The parent (document) of each unit of self.ids, from aligned arrays; a unit in
+        two parents is an error."""
+        idx = self._index(docs)
+        parent = np.full(len(self.ids), -1, np.int64)
+        parent[idx] = np.asarray(parents)
+        if not np.array_equal(parent[idx], np.asarray(parents)):
+            raise ValueError("a resampling unit lies in two documents")
+        return parent
 
     def _index(self, docs: np.ndarray) -> np.ndarray:
         idx = np.searchsorted(self.ids, docs)
@@ -141,6 +161,29 @@ class Documents:
         return Interval(float(draws[0]), float(lo), float(hi), len(self.ids))
 
 
+def _nested_draws(rng: np.random.Generator, parent: np.ndarray, resamples: int
+                  ) -> np.ndarray:
+    """Per draw (rows) the times each unit (columns, parent: its document) is drawn when
+    documents are drawn with replacement and each drawn document brings all its units:
+    a document drawn c times counts each of its blocks c times. The blocks are not
+    drawn again within it: a second stage with replacement would count the spread
+    within a document twice (it is already in the document means the first stage
+    varies), doubling the variance for blocks that are independent after all."""
+    docs, inverse = np.unique(parent, return_inverse=True)
+    times = rng.multinomial(len(docs), np.full(len(docs), 1.0 / len(docs)), size=resamples)
+    return times[:, inverse]
+
+
+def design_effect(docs: np.ndarray, values: np.ndarray, parents: np.ndarray,
+                  resamples: int = 1000) -> float:
+    """How much more the mean of per-token values varies when documents are resampled
+    before their blocks than when the blocks are resampled as independent units: the
+    ratio of the two bootstrap variances (1: the blocks of a document are as good as
+    independent)."""
+    nested, flat = (Documents(docs, resamples, parents=p) for p in (parents, None))
+    return float(np.var(nested.mean(docs, values)[1:]) / np.var(flat.mean(docs, values)[1:]))
+
+
 def bootstrap(columns: dict[str, np.ndarray], groups: np.ndarray,
               stat: Callable[[dict[str, np.ndarray]], np.ndarray],
               resamples: int = 1000, seed: int = 0) -> Interval:
@@ -153,10 +196,12 @@ def bootstrap(columns: dict[str, np.ndarray], groups: np.ndarray,
 
 
 def bootstrap_mean(values: np.ndarray, groups: np.ndarray, resamples: int = 1000,
-                   seed: int = 0, runs: np.ndarray | None = None) -> Interval:
+                   seed: int = 0, runs: np.ndarray | None = None,
+                   parents: np.ndarray | None = None) -> Interval:
     """The mean of per-token values, its interval from resampling units (groups) and,
-    given each token's run, runs (Documents)."""
-    docs = Documents(groups, resamples, seed)
+    given each token's run, runs; given each token's document (parents), documents
+    first, then their units (Documents)."""
+    docs = Documents(groups, resamples, seed, parents)
     return docs.interval(docs.mean(groups, values, runs))
 
 

@@ -44,7 +44,7 @@ class DiagnoseConfig(Section):
     SECTION = "diagnose"
     val_sequences: int = 64
     batch_size: int = 16
-    loops: int = 30  # the depth sweep's deepest depth (at least the cell's K)
+    sweep_depth: int = 30  # the depth sweep's deepest depth (at least the cell's K)
     bootstrap: int = 1000  # document resamples behind every paper A interval
     timing_repeats: int = 3  # throughput: rounds (every cell and depth once); median
     timing_windows: int = 32  # throughput: the first this many of the windows are timed
@@ -52,7 +52,7 @@ class DiagnoseConfig(Section):
     def check(self, require: Require) -> None:
         for name in ("val_sequences", "batch_size", "timing_repeats", "timing_windows"):
             require(name, getattr(self, name) >= 1, ">= 1")
-        require("loops", 1 <= self.loops <= 1000, "in [1, 1000]")
+        require("sweep_depth", 1 <= self.sweep_depth <= 1000, "in [1, 1000]")
         require("bootstrap", self.bootstrap >= 100, ">= 100 (fewer gives unstable intervals)")
 
 
@@ -64,7 +64,6 @@ class ConvergenceConfig(Section):
     depth_factor: int = 4  # uniform depths 1 .. factor x R, the evaluation depth
     epsilon: float = 1e-3  # a token has converged once KL stays below this
     windows: int = 128  # validation windows per set (3 sets: probe, choose, report)
-    tolerance: float = 0.01  # elasticity and flatness: a change within this (nats) is none
     useful_share: float = 0.02  # useful depth: within this share of CE(1) - CE(best)
     sensitivity_nats: list[float] = _list(0.001, 0.003, 0.01, 0.02)
     sensitivity_shares: list[float] = _list(0.01, 0.02, 0.05, 0.1)
@@ -76,7 +75,6 @@ class ConvergenceConfig(Section):
         require("epsilon", self.epsilon > 0, "> 0")
         for name in ("windows", "bootstrap", "batch_size"):
             require(name, getattr(self, name) >= 1, ">= 1")
-        require("tolerance", self.tolerance >= 0, ">= 0")
         require("useful_share", 0 < self.useful_share < 1, "in (0, 1)")
         require("sensitivity_nats", all(v >= 0 for v in self.sensitivity_nats),
                 "a list of tolerances >= 0 (nats)")

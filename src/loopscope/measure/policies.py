@@ -135,6 +135,7 @@ class Sweep:
     unit: str  # what a unit is (loopscope.measure.units)
     uniform: dict[str, np.ndarray] = field(default_factory=dict)
     results: dict[str, dict[tuple[str, float], PolicyResult]] = field(default_factory=dict)
+    parents: np.ndarray | None = None  # each `report` token's document, for blocks
 
 
 def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int
@@ -147,10 +148,11 @@ def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int
     results = {key: {s: pool([w.results[s][key] for w in sweeps]) for s in cell.results}
                for key in cell.results[SWEPT[0]]}
     docs = np.concatenate([w.docs for w in sweeps])
+    parents = None if cell.parents is None else np.concatenate([w.parents for w in sweeps])
     metrics, rows = summarize(cell.model, uniform, results, docs, cell.r, match,
-                              resamples)
+                              resamples, parents)
     metrics["seeds"] = len(sweeps)
-    metrics.update(Units(docs, cell.unit).describe())
+    metrics.update(Units(docs, cell.unit, parents).describe())
     return metrics, rows
 
 
@@ -160,7 +162,7 @@ def headline(metrics: dict[str, Any]) -> str:
                       f"x{m['flops_ratio_baseline']:.2f} of the baseline)"
                       if m.get("matched") else f"{rule} unmatched"
                       for rule, m in metrics.items() if isinstance(m, dict) and "matched" in m)
-    return (f"depth-{metrics['reference_depth']} quality at: uniform depth "
+    return (f"depth-{metrics['r']} quality at: uniform depth "
             f"{metrics['uniform']['matched_depth']}, {found}")
 
 
@@ -216,7 +218,7 @@ def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome], targe
 
 def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
               results: dict[tuple[str, float], dict[str, PolicyResult]], docs: np.ndarray,
-              r: int, match: float, resamples: int
+              r: int, match: float, resamples: int, parents: np.ndarray | None = None
               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """metrics/policies/<cell>.json and the frontier rows, from pooled per-token results.
 
@@ -226,17 +228,18 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
     claim's (match_nats), so that the CE difference measured on `report`, where every
     reported number comes from, is not at the claim's margin by construction. The same
     choice gives A0's matched depth M; min(R, M) is the honest baseline a policy's FLOPs
-    are also read against. Intervals resample the documents of `report` (docs).
+    are also read against. Intervals resample the units of `report` (docs), documents
+    first where the units are blocks within them (parents).
     """
     choose = match / 2
     outcomes = outcomes_of(model, uniform, results)
     base = {s: group["uniform"][r - 1] for s, group in outcomes.items()}
     report_uniform = outcomes["report"]["uniform"]
     m = int(matched(outcomes["choose"]["uniform"], base["choose"].mean_ce, choose).threshold)
-    rep = _Report(model, Documents(docs, resamples), docs, base["report"],
+    rep = _Report(model, Documents(docs, resamples, parents=parents), docs, base["report"],
                   report_uniform[min(r, m) - 1])
     metrics: dict[str, Any] = {
-        "reference_depth": r, "match_nats": match, "choose_nats": choose,
+        "r": r, "match_nats": match, "choose_nats": choose,
         "uniform": {"ce": {f"k{o.threshold}": o.mean_ce for o in report_uniform},
                     "flops": {f"k{o.threshold}": o.flops for o in report_uniform},
                     "matched_depth": m, "delta_ce": rep.delta(report_uniform[m - 1])},
@@ -262,7 +265,9 @@ def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str) -> Sweep:
     sets = run.window_sets(windows, "convergence.windows")
     r, batch, p = run.cell.model.loops, cfg.batch_size, sets["probe"]
     probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, r, batch, keep_states=r - 1), r)
-    sweep = Sweep(run.model, r, sets["report"].token_docs(), sets["report"].unit)
+    report = sets["report"]
+    sweep = Sweep(run.model, r, report.token_docs(), report.unit,
+                  parents=report.token_parents())
     for s in SWEPT:
         w = sets[s]
         sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, r, batch)

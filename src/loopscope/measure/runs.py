@@ -46,10 +46,15 @@ class Windows:
     docs: np.ndarray
     h0: Tensor | None
     unit: str = "document"
+    parents: np.ndarray | None = None  # the document of each window, for blocks
 
     def token_docs(self) -> np.ndarray:
         """The resampling unit of every token, in reading order (for intervals)."""
         return np.repeat(self.docs, self.x.shape[1])
+
+    def token_parents(self) -> np.ndarray | None:
+        """The document of every token where the units are blocks within documents."""
+        return None if self.parents is None else np.repeat(self.parents, self.x.shape[1])
 
 
 @dataclass
@@ -93,7 +98,7 @@ class Run:
                                      window_surprisal(self.val.numpy(), at,
                                                       self.cell.model.context), MIN_UNITS)
             out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
-                                units.ids, h0, units.name)
+                                units.ids, h0, units.name, units.parents)
         return out
 
 

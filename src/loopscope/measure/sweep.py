@@ -113,13 +113,13 @@ def radial_cosines(model64: LoopedModel, h: torch.Tensor, targets: torch.Tensor,
 
 @torch.no_grad()
 def measure(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, docs: np.ndarray,
-            batch_size: int, loops: int, h0: torch.Tensor | None = None) -> Measured:
-    """One pass per batch to depth L = max(loops, K) gives every measurement (see
+            batch_size: int, sweep_depth: int, h0: torch.Tensor | None = None) -> Measured:
+    """One pass per batch to depth L = max(sweep_depth, K) gives every measurement (see
     Measured); docs: the document of each window. Loops past K read out as the last
     loop does."""
     model.eval()
     k_train, d = model.loops, model.d_model
-    depth = max(loops, k_train)
+    depth = max(sweep_depth, k_train)
     eps = model.readout_eps
     model64 = copy.deepcopy(model).double()
     tok: dict[str, list[np.ndarray]] = {}
@@ -227,7 +227,7 @@ def summarize(m: Measured) -> dict[str, dict[str, float]]:
                                                        t[f"step_{k}"].to_numpy()))
     means = sweep_means(m.sweep)
     ratio = means["step_x_scale"][2:]
-    out["lemma2"] = {"loops": int(means.index.max()), "slope": lemma2_slope(means),
+    out["lemma2"] = {"sweep_depth": int(means.index.max()), "slope": lemma2_slope(means),
                      "scale_growth": float(means["scale"].iloc[-1] / means["scale"].iloc[0]),
                      "step_x_scale_cv": float(ratio.std() / ratio.mean()),
                      "step_cv": float(means["step"][2:].std() / means["step"][2:].mean())}
@@ -270,7 +270,7 @@ def diagnose_headline(metrics: dict[str, Any]) -> str:
     return (f"ppl at K={loops} {metrics['ppl_at_depth'][last]:.1f}, final-loop mean norm "
             f"{metrics['norm_mean'][last]:.1f}, radial fraction per token "
             f"{metrics['radial_fraction_token'][last]:.1e} (eps floor "
-            f"{metrics['radial_floor'][last]:.1e}); over {lemma2['loops']} loops the scale "
+            f"{metrics['radial_floor'][last]:.1e}); over {lemma2['sweep_depth']} loops the scale "
             f"grows x{lemma2['scale_growth']:.2f}, step-vs-scale slope "
             f"{lemma2['slope']:.2f} ({metrics['seeds']} seed(s), {metrics['units']} units: "
             f"{metrics['unit']})")

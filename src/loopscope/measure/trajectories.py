@@ -3,7 +3,9 @@ out. A trajectory records, per token and loop i = 1..D: the cross-entropy of the
 prediction read at loop i (coda and final readout over every token's loop-i state),
 KL(p_i || p_{i-1}) between successive next-token distributions (paper B's direction),
 the relative state change ||h_i - h_{i-1}|| / ||h_i||, the angle of the update, and the
-argmax. It runs on any model of the looped-model interface (loopscope.measure.looped).
+argmax, and the two-step change ||h_i - h_{i-2}|| / ||h_i|| (a period-2 cycle keeps
+moving every loop while it returns every second one). It runs on any model of the
+looped-model interface (loopscope.measure.looped).
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ class Trajectory:
     change: np.ndarray  # (D, N) ||h_i - h_{i-1}|| / ||h_i|| (h_0: the initial state)
     angle: np.ndarray  # (D, N) radians between h_{i-1} and h_i
     argmax: np.ndarray  # (D, N) predicted token id
-    states: np.ndarray | None  # (keep, N, d) h_1..h_keep, float32, if asked for
+    # (D, N) ||h_i - h_{i-2}|| / ||h_i||, the two-step change (row 0: nan): a period-2
+    # cycle returns to where it was two loops ago while each loop still moves it
+    change2: np.ndarray
+    states: np.ndarray | None = None  # (keep, N, d) h_1..h_keep, float32, if asked for
 
     @property
     def depth(self) -> int:
@@ -37,12 +42,12 @@ class Trajectory:
     @classmethod
     def concat(cls, trajs: list[Trajectory]) -> Trajectory:
         """The tokens of several runs (seeds) side by side; states are dropped."""
-        fields = ("ce", "kl", "change", "angle", "argmax")
-        return cls(*(np.concatenate([getattr(t, f) for t in trajs], axis=1) for f in fields),
-                   states=None)
+        cat = {f: np.concatenate([getattr(t, f) for t in trajs], axis=1) for f in FIELDS}
+        return cls(**cat, states=None)
 
 
-FIELDS = ("ce", "kl", "change", "angle", "argmax")  # what a trajectory records per loop
+# What a trajectory records per loop
+FIELDS = ("ce", "kl", "change", "angle", "argmax", "change2")
 
 
 @torch.no_grad()
@@ -63,6 +68,7 @@ def _record(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tens
         e = model.inputs(xb)
         h = model.initial_state(e) if h0 is None else h0[i:i + batch_size].to(e.dtype)
         prev = cur = None  # log-probabilities of the previous and current loop (N, V)
+        older = None  # the state two loops before the new one
         for k in range(depth):
             new = model.step(model.carry(h, first=k == 0), e)  # from H_k (loop 1: H_0)
             values: dict[str, torch.Tensor] = {}
@@ -90,11 +96,15 @@ def _record(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tens
                 values["change"] = relative_change(new.float(), h.float())
             if "angle" in fields:
                 values["angle"] = angle(h, new)
+            if "change2" in fields:
+                values["change2"] = (relative_change(new.float(), older.float())
+                                     if older is not None else
+                                     torch.full(new.shape[:-1], float("nan"), device=new.device))
             for key in fields:
                 rows[key][k].append(values[key].flatten().cpu().numpy())
             if k < keep_states:
                 states[k].append(new.float().flatten(0, 1).cpu().numpy())
-            h = new
+            older, h = h, new
     cat = {key: np.stack([np.concatenate(r) for r in per]) for key, per in rows.items()}
     return cat, (np.stack([np.concatenate(s) for s in states]) if states else None)
 
@@ -105,7 +115,7 @@ def trajectory(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.T
     cat, states = _record(model, x, y, h0, depth, batch_size, FIELDS, keep_states)
     return Trajectory(ce=cat["ce"].astype(np.float64), kl=cat["kl"], change=cat["change"],
                       angle=cat["angle"], argmax=cat["argmax"].astype(np.int32),
-                      states=states)
+                      states=states, change2=cat["change2"])
 
 
 def uniform_ce(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,

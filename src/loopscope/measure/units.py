@@ -26,14 +26,21 @@ SMALLEST_PAIRS = 4  # fewer adjacent pairs measure no correlation: stop lengthen
 
 @dataclass(frozen=True)
 class Units:
-    """The resampling unit of each window (ids) and what a unit is (name)."""
+    """The resampling unit of each window (ids), what a unit is (name) and, where the
+    units are blocks within documents, the document of each window (parents: an
+    interval then resamples documents first, loopscope.measure.intervals.Documents)."""
 
     ids: np.ndarray
     name: str
+    parents: np.ndarray | None = None
 
     def describe(self) -> dict[str, int | str]:
-        """The unit and its count, for every metrics file that holds intervals."""
-        return {"unit": self.name, "units": int(len(np.unique(self.ids)))}
+        """The unit and its count (and the documents they lie in, for blocks), for every
+        metrics file that holds intervals."""
+        out: dict[str, int | str] = {"unit": self.name, "units": int(len(np.unique(self.ids)))}
+        if self.parents is not None:
+            out["documents"] = int(len(np.unique(self.parents)))
+        return out
 
 
 def resampling_units(docs: np.ndarray, starts: np.ndarray, values: np.ndarray,
@@ -51,7 +58,8 @@ def resampling_units(docs: np.ndarray, starts: np.ndarray, values: np.ndarray,
     per, r = block_length(docs, starts, values)
     what = f"block of {per} windows" if per > 1 else "window"
     lag = "" if np.isnan(r) else f", lag-1 autocorrelation {r:.2f}"
-    return Units(blocks(docs, starts, per), f"{what} within {n_docs} documents{lag}")
+    return Units(blocks(docs, starts, per), f"{what} within {n_docs} documents{lag}",
+                 np.asarray(docs))
 
 
 def block_length(docs: np.ndarray, starts: np.ndarray, values: np.ndarray

@@ -2,22 +2,32 @@
 the same way: `cell_palette` (one distinct colour per cell), `loop_axis` (a log axis of
 loop counts labelled 1, 2, 4, 8, ... instead of crowded minor labels) and `finish`,
 which every plotting cell calls and which fails the report if two tick labels on one
-axis overlap (`overlapping_tick_labels`). Per-loop metrics are drawn in loop order
+axis overlap (`overlapping_tick_labels`). A figure comes back as `Drawn`, the figure
+with its alt text, and `show` displays it; the forest plot and the specification curve
+every report shows are here, paper A's own figures in loopscope.render.figures_a and
+paper B's in loopscope.render.figures_b. Per-loop metrics are drawn in loop order
 through loopscope.base.outputs.loop_order; what the figures draw is computed in
-loopscope.render.report_tables.
+loopscope.render.report_tables (tables_a, tables_b).
 """
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+import seaborn as sns
+from IPython.display import Image, display
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.text import Text
 from matplotlib.ticker import (
     FuncFormatter,
@@ -209,3 +219,97 @@ def finish(fig: Figure, layout: bool = True) -> Figure:
     thin_tick_labels(fig)
     check_tick_labels(fig)
     return fig
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A finished report figure and its alt text: what it shows, in words, for a reader
+    who cannot see it (the HTML page fails without one: loopscope.render.report)."""
+
+    fig: Figure
+    alt: str
+
+
+def setup() -> None:
+    """The reports' plotting theme (seaborn's whitegrid), set once per notebook."""
+    sns.set_theme(style="whitegrid", context="notebook")
+
+
+def show(drawn: Drawn) -> None:
+    """Display a figure in the executing notebook as a PNG carrying its alt text, and
+    close it (matplotlib's inline display would show it a second time, without one)."""
+    buffer = io.BytesIO()
+    drawn.fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(drawn.fig)
+    display(Image(data=buffer.getvalue(), format="png", alt=drawn.alt))
+
+
+VERDICT_COLOURS = {"holds": "#1b7837", "contradicted": "#b2182b", "inconclusive": "#8c8c8c",
+                   "not shown": "#d9d9d9"}
+CLIP = 6.0  # forest plot: distances beyond +-CLIP interval widths drawn at the edge
+
+
+def forest(rows: pd.DataFrame, title: str) -> Drawn:
+    """The forest plot of a paper's claims (report_tables.forest_rows): a line per
+    comparison, its interval as a distance from the band's nearer edge in widths of the
+    interval (right of 0: inside the band, where the claim holds), coloured by the row's
+    headline verdict; a filled marker for a robust row, a hollow one for a fragile one,
+    a square for a magnitude."""
+    n = max(len(rows), 1)
+    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.32 * n))
+    ax.axvspan(0, CLIP + 0.5, color="#e8f4e8", zorder=0)
+    ax.axvline(0, color="black", lw=0.8)
+    labels = []
+    for i, r in enumerate(rows.itertuples()):
+        y = n - 1 - i
+        colour = VERDICT_COLOURS[r.verdict]
+        lo, x, hi = (max(min(v, CLIP), -CLIP) for v in (r.lo, r.x, r.hi))
+        ax.plot([lo, hi], [y, y], color=colour, lw=2)
+        ax.plot([x], [y], marker="s" if r.part == "magnitude" else "o", ms=7, color=colour,
+                mfc=colour if r.robust else "white", mew=1.5)
+        labels.append(r.row + (" (magnitude)" if r.part == "magnitude" else ""))
+    ax.set_yticks(range(n - 1, n - 1 - len(labels), -1), labels, fontsize=8)
+    ax.set_xlim(-CLIP - 0.5, CLIP + 0.5)
+    ax.set(xlabel="distance from the band's edge, in widths of the 95% interval "
+                  f"(shaded: inside the band; clipped at +-{CLIP:g})", title=title)
+    ax.legend(handles=[Line2D([], [], color=c, lw=2, label=v)
+                       for v, c in VERDICT_COLOURS.items() if v in set(rows.get("verdict", []))]
+              + [Line2D([], [], ls="none", marker="o", color="black", mfc="white",
+                        label="fragile")],
+              loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    finish(fig)
+    counts = rows["verdict"].value_counts().to_dict() if len(rows) else {}
+    fragile = int((~rows["robust"]).sum()) if len(rows) else 0
+    alt = (f"Forest plot, {title}: {len(rows)} comparisons, each as its 95% interval's "
+           "distance from the edge of the band where its claim holds; "
+           + ", ".join(f"{k} {v}" for k, v in counts.items())
+           + f"; {fragile} from fragile rows.")
+    return Drawn(fig, alt)
+
+
+def specification(rows: pd.DataFrame, title: str) -> Drawn | None:
+    """Verdict against parameter for the fragile rows (report_tables.specification_rows):
+    a panel per parameter, a line of dots per row, one dot per value tried, coloured by
+    the headline verdict there; the value judged at ringed. None: no fragile row."""
+    if not len(rows):
+        return None
+    params = list(dict.fromkeys(rows["parameter"]))
+    fig, axes = plt.subplots(1, len(params), figsize=(4.2 * len(params), 0.8 + 0.4 *
+                             rows["row"].nunique()), squeeze=False)
+    for ax, name in zip(axes[0], params, strict=True):
+        sub = rows[rows["parameter"] == name]
+        values = sorted(set(sub["value"]), key=float)
+        names = list(dict.fromkeys(sub["row"]))
+        for r in sub.itertuples():
+            x, y = values.index(r.value), names.index(r.row)
+            ax.scatter([x], [y], s=80, color=VERDICT_COLOURS[r.verdict],
+                       edgecolors="black" if r.judged else "none", linewidths=1.5)
+        ax.set_xticks(range(len(values)), values)
+        ax.set_yticks(range(len(names)), names, fontsize=8)
+        ax.set(xlabel=name, ylim=(-0.5, len(names) - 0.5))
+    fig.suptitle(title)
+    finish(fig)
+    alt = (f"{title}: for each fragile row, its headline verdict at every value tried of "
+           f"the parameters that turn it ({', '.join(params)}); the value judged at is "
+           "ringed.")
+    return Drawn(fig, alt)

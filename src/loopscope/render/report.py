@@ -1,29 +1,24 @@
 """Reports: papermill executes a notebook template, nbconvert writes a self-contained
-HTML page (titled, nothing loaded from another site), and `provenance` says what a
-report was computed from. The tables and numbers the notebooks show are
-loopscope.render.report_tables, their figures' helpers loopscope.render.figures; screenshots of the
-rendered pages are loopscope.render.screenshots (no stage runs it)."""
+HTML page (titled, nothing loaded from another site, every figure with its alt text).
+What a report was computed from is loopscope.render.provenance; the tables and numbers
+the notebooks show are loopscope.render.report_tables (tables_a, tables_b), their figures
+loopscope.render.figures (figures_a, figures_b); screenshots of the rendered pages are
+loopscope.render.screenshots (no stage runs it)."""
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import papermill as pm
-import torch
 from jupyter_client.manager import KernelManager
 from nbconvert import HTMLExporter
 
-from loopscope.base import paths
 from loopscope.base.files import atomic_write_bytes
-from loopscope.weights.config import load_cell
 
 # nbconvert's `lab` page with every block that loads a script from a CDN emptied:
 # require.js (only widgets and old-style JS outputs need it; the reports have neither),
@@ -36,40 +31,14 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block data_png scoped %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img alt="{{ output.metadata.get('image/png', {}).get('alt', '') | escape_html }}" \
+src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}">
+</div>
+{% endblock data_png %}
 """
-
-
-def training_precision() -> str:
-    """The precision the cells trained in, from configs/ (configure resolves auto), e.g.
-    "fp32" or "bf16 (backbone, backbone_mean4), fp32 (the other 8)"."""
-    by: dict[str, list[str]] = {}
-    for f in sorted(paths.CONFIGS.glob("*.json")):
-        by.setdefault(load_cell(f).train.precision, []).append(f.stem)
-    if len(by) <= 1:
-        return next(iter(by), "unknown (no configs/)")
-    rest = max(by, key=lambda p: len(by[p]))
-    named = [f"{p} ({', '.join(c)})" for p, c in by.items() if p != rest]
-    return ", ".join(named) + f", {rest} (the other {len(by[rest])})"
-
-
-def provenance(seeds: list[int]) -> dict[str, str]:
-    """What a report was computed from: commit, params digest, torch, training precision
-    (measurements are fp32 whatever it was), seeds, date."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                "src", "stages", "reports/*.ipynb", "params.yaml", "dvc.yaml"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        commit += " (with uncommitted changes)" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown (not a git checkout)"
-    return {"commit": commit,
-            "params.yaml sha256": hashlib.sha256(paths.PARAMS.read_bytes()).hexdigest()[:16],
-            "torch": torch.__version__,
-            "training precision": training_precision() + " (measured in fp32)",
-            "seeds": ", ".join(map(str, seeds)),
-            "date": datetime.date.today().isoformat()}
+NO_ALT = "No description has been provided for this image"  # nbconvert's stand-in
 
 
 def page_title(nb: nbformat.NotebookNode) -> str:
@@ -96,10 +65,15 @@ def page_title(nb: nbformat.NotebookNode) -> str:
 def export_html(nb: nbformat.NotebookNode) -> str:
     """nb as a self-contained HTML page: code and prompts hidden, titled by page_title,
     and no script or stylesheet fetched from another site (OFFLINE_TEMPLATE); figures
-    are inline PNGs already."""
+    are inline PNGs already, each with the alt text figures.show gave it (a figure
+    without one fails the page: a reader of a screen reader or a text browser would
+    get nbconvert's "No description" instead)."""
     exporter = HTMLExporter(raw_template=OFFLINE_TEMPLATE, exclude_input=True,
                             exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": page_title(nb)}})
+    if NO_ALT in body or 'alt=""' in body:
+        raise ValueError(f"{page_title(nb)}: a figure has no alt text; draw it through "
+                         "loopscope.render.figures.show(figure, alt).")
     return body
 
 

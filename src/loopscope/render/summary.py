@@ -2,13 +2,17 @@
 
 The `summary` stage renders, from the run's own outputs:
 - docs/results.md: both papers' claims in full (criterion, paper's number, ours with its
-  interval, verdict, regime), the headline metrics per cell, the exit runtime, and what
-  training cost on the machine that ran it;
-- docs/results/norm.png: paper A's hidden-state norm per loop, one line per cell;
+  interval, verdict with its robustness mark, regime), the criteria's parameters, the
+  scale of every cell against the papers', the headline metrics per cell, the exit
+  runtime, and what training cost on the machine that ran it;
+- docs/results/forest_a.png, forest_b.png: each paper's forest plot; docs/results/norm.png:
+  paper A's hidden-state norm per loop, one line per cell;
 - README.md's blocks between `<!-- begin NAME -->` and `<!-- end NAME -->` markers: the
-  verdicts at a glance and the training cost. The rest of README is prose; these blocks
-  are the only numbers in it, and tests/test_summary.py checks them against
-  tables/claims.json and metrics/, so a hand edit fails the tests.
+  verdicts at a glance with the scale, and the training cost. `make repro` then writes
+  the `timings` block (what every stage took, from metrics/stage_timings: `python -m
+  loopscope.render.summary timings`). The rest of README is prose; these blocks are the
+  only numbers in it, and tests/test_summary.py checks them against tables/claims.json
+  and metrics/, so a hand edit fails the tests.
 """
 
 from __future__ import annotations
@@ -18,14 +22,20 @@ import re
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
 from loopscope.base import paths
 from loopscope.base.errors import DataError
 from loopscope.base.files import atomic_output
+from loopscope.base.timings import read_all, summarize
+from loopscope.judge.backbone import STATES
+from loopscope.render.figures import forest
+from loopscope.render.report_tables import forest_rows
 
-README = Path("README.md")
-RESULTS_PAGE = Path("docs") / "results.md"
-NORM_FIGURE = Path("docs") / "results" / "norm.png"
-REFERENCE_PREFIX = "ref_"  # paper A's reference-recipe group (params.yaml's cells)
+README, RESULTS_PAGE, NORM_FIGURE = paths.README, paths.RESULTS_PAGE, paths.NORM_FIGURE
+FOREST = {"paper_a": paths.RESULTS_FIGURES / "forest_a.png",
+          "paper_b": paths.RESULTS_FIGURES / "forest_b.png"}
 BENCH_EXITS = paths.BENCH / "exits.json"
 
 
@@ -43,43 +53,65 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def verdict(row: dict[str, Any]) -> str:
-    """A claim's verdict, its magnitude's beside it where the claim has one."""
+    """A claim's headline verdict, its direction and magnitude beside it where the claim
+    has a magnitude, and "fragile" where a parameter's declared range turns it."""
     mag = row.get("magnitude", "n/a")
-    return row["verdict"] + ("" if mag in ("n/a", "", None) else f" (magnitude: {mag})")
+    out = row["headline"]
+    if mag not in ("n/a", "", None):
+        out += f" (direction {row['verdict']}, magnitude {mag})"
+    if (row.get("robustness") or {}).get("mark") == "fragile":
+        out += ", fragile"
+    return out
 
 
-def _group(row: dict[str, Any]) -> str:
-    """A paper A row's recipe group; a row with no recipe (a claim "not shown" because
-    params.yaml has no paper A cells, as in the paper B presets) is ours."""
-    return ("reference" if row.get("recipe", "").startswith("paper A's reference")
-            else "ours")
+def _label(row: dict[str, Any]) -> str:
+    return row["claim"] + (" (extension)" if row["kind"] == "extension" else "")
 
 
-def short_regime(marks: str) -> str:
-    """paper_b.Backbone.regime's marks without their numbers: "in the paper's regime
-    (backbone)"; "-" for none."""
-    found = re.findall(r"((?:in|outside|at the edge of) the paper's regime) \((\w+):", marks)
-    return "; ".join(f"{state} ({name})" for state, name in found) or "-"
+def regimes(row: dict[str, Any]) -> str:
+    """The regime states of the backbones a paper B row reads (its `regimes` facts):
+    "in the paper's regime (backbone)"; "-" for none."""
+    return "; ".join(f"{STATES[r['state']]} ({r['backbone']})"
+                     for r in row.get("regimes", [])) or "-"
 
 
 def verdict_rows(claims: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """Paper A: one row per claim, a verdict column per recipe group; paper B: one row
-    per claim and backbone, with the regime mark of the backbones it reads (in, at the
-    edge of, or outside the paper's regime; "-" for a row read on none)."""
+    """Paper A: one row per claim (its key), a verdict column per recipe group; paper B:
+    one row per claim and backbone, with the regime of the backbones it reads."""
     a: dict[str, dict[str, str]] = {}
     for r in claims["paper_a"]:
-        row = a.setdefault(r["claim"], {"claim": r["claim"], "our recipe": "-",
-                                        "reference recipe": "-"})
-        row["our recipe" if _group(r) == "ours" else "reference recipe"] = verdict(r)
-    b = [{"claim": r["claim"], "verdict": verdict(r),
-          "regime": short_regime(r.get("regime", ""))}
+        row = a.setdefault(r["key"] or r["claim"], {"claim": _label(r), "our recipe": "-",
+                                                    "reference recipe": "-"})
+        row["reference recipe" if r.get("group") == "reference" else "our recipe"] = verdict(r)
+    b = [{"claim": _label(r), "verdict": verdict(r), "regime": regimes(r)}
          for r in claims["paper_b"]]
     return list(a.values()), b
 
 
+def scale_line(claims: dict[str, Any]) -> str:
+    """What every verdict is measured on, against the papers: the cells' parameters and
+    training tokens, the corpus and the seeds (claims.json's `scale`)."""
+    scale = claims["scale"]
+    cells = scale["cells"].values()
+    if not cells:
+        return ""
+    params = [c["parameters"] for c in cells]
+    tokens = [c["training_tokens"] for c in cells]
+    seeds = sorted({c["seeds"] for c in cells})
+    corpus = scale["corpus"]
+    return (f"Scale: every verdict is measured on models of {min(params) / 1e6:.2f}-"
+            f"{max(params) / 1e6:.2f}M parameters trained on {min(tokens) / 1e6:.2f}-"
+            f"{max(tokens) / 1e6:.2f}M tokens of a {corpus['train_tokens'] / 1e6:.2f}M-token "
+            f"corpus, {'/'.join(map(str, seeds))} seed(s) per cell; paper A: "
+            f"{scale['papers']['paper_a']['parameters']} parameters, "
+            f"{scale['papers']['paper_a']['corpus']}; paper B: "
+            f"{scale['papers']['paper_b']['parameters']} parameters.")
+
+
 def verdicts_block(claims: dict[str, Any]) -> str:
     a, b = verdict_rows(claims)
-    return (f"**Paper A** (the readout blind spot), in each recipe group:\n\n"
+    return (f"{scale_line(claims)}\n\n"
+            f"**Paper A** (the readout blind spot), in each recipe group:\n\n"
             f"{markdown_table(a)}\n\n"
             f"**Paper B** (per-token fixed-point convergence). {backbone_recipes(claims)}"
             f"\n\n{markdown_table(b)}")
@@ -150,38 +182,56 @@ def backbone_recipes(claims: dict[str, Any]) -> str:
 
 
 def claim_rows(rows: list[dict[str, Any]], paper: str) -> list[dict[str, str]]:
-    keys = (["claim", "recipe"] if paper == "a" else ["claim", "depth_use"]) + [
-        "paper", "value", "verdict", "criterion"] + (["regime"] if paper == "b" else [])
-    return [{k.replace("_", " "): (verdict(r) if k == "verdict" else r.get(k) or "-")
-             for k in keys} for r in rows]
+    """A paper's rows for docs/results.md: claim, group (recipe group or backbones), the
+    paper's number, ours, the verdict with its marks, the criterion (and paper B's
+    regime)."""
+    out = []
+    for r in rows:
+        row = {"claim": _label(r), "group": r.get("group") or "-",
+               "paper": r["paper_says"], "ours": r["value"], "verdict": verdict(r),
+               "criterion": r["criterion"]}
+        if paper == "b":
+            row["regime"] = regimes(r)
+        out.append(row)
+    return out
 
 
-def page(claims: dict[str, Any], headline: dict[str, Any], timings: dict[str, Any],
-         bench: dict[str, Any], machine: str) -> str:
-    """docs/results.md: every number from the run's files."""
-    secs = train_seconds(timings)
-    cost = [{"cell": c, "runs": max(1, len(timings[c].get("runs", {}))),
-             "train (s)": f"{s:.0f}"} for c, s in secs.items()]
-    runtime = (f"`bench_exits` on `{bench['cell']}` ({bench['run']}), R = "
-               f"{bench['reference_depth']}: the smallest uniform depth matching depth R's "
-               f"quality is {bench['matched_depth']}, so the baseline is depth "
-               f"{bench['baseline_depth']}. Realized: the baseline's wall time over the "
-               f"policy's, measured side by side ({bench['repeats']} repeats).\n\n"
-               + markdown_table(runtime_rows(bench)))
-    counts = "; ".join(f"paper {p[-1].upper()}: " + ", ".join(f"{n} {v}" for v, n in c.items())
+def parameter_rows(claims: dict[str, Any]) -> list[dict[str, str]]:
+    return [{"parameter": p["name"], "value": f"{p['value']:g}", "decides": p["meaning"],
+             "source": p["source"], "range": ", ".join(f"{v:g}" for v in p["range"])}
+            for p in claims["parameters"]]
+
+
+def scale_rows(claims: dict[str, Any]) -> list[dict[str, str]]:
+    return [{"cell": c, "parameters": f"{s['parameters']:,}",
+             "training tokens": f"{s['training_tokens']:,}", "seeds": str(s["seeds"]),
+             "recipe group": s["recipe_group"]} for c, s in claims["scale"]["cells"].items()]
+
+
+def claims_sections(claims: dict[str, Any]) -> str:
+    """docs/results.md's verdicts: the counts, scale and rules, each paper's forest plot
+    and rows, the criteria's parameters and every cell's scale."""
+    counts = "; ".join(f"paper {p[-1].upper()}'s findings: "
+                       + ", ".join(f"{n} {v}" for v, n in c.items() if n)
                        for p, c in claims["counts"].items())
-    return f"""# Results of the default run
+    rules = "\n".join(f"- **{k}**: {v}" for k, v in claims["rules"].items())
+    forest_alt = ("Forest plot of paper {}'s claims: each row's decisive interval as its "
+                  "distance from the band where the claim holds, coloured by verdict")
+    return f"""What the committed run measured. Verdicts (headline: direction and magnitude
+together): {counts}. How each claim is judged (the criterion, the intervals, the regime marks):
+[methods](methods.md). The reports draw the same numbers:
+[reports/html/index.html](../reports/html/index.html).
 
-<!-- generated by the `summary` stage (loopscope.render.summary) from tables/claims.json and
-metrics/; do not edit: `dvc repro summary` rewrites it -->
+{scale_line(claims)}
 
-What the committed run measured. Verdicts: {counts}. How each claim is judged (the
-criterion, the intervals, the regime marks): [methods](methods.md). The reports draw the
-same numbers: [reports/html/index.html](../reports/html/index.html).
+{rules}
 
 ## Paper A: the readout blind spot
 
-![Hidden-state norm per loop](results/{NORM_FIGURE.name})
+![{forest_alt.format("A")}](results/{FOREST["paper_a"].name})
+
+![Hidden-state norm per loop, a line per paper A cell, our recipe and the reference recipe \
+side by side](results/{NORM_FIGURE.name})
 
 {markdown_table(claim_rows(claims["paper_a"], "a"))}
 
@@ -191,8 +241,41 @@ same numbers: [reports/html/index.html](../reports/html/index.html).
 
 {backbone_recipes(claims)}
 
+![{forest_alt.format("B")}](results/{FOREST["paper_b"].name})
+
 {markdown_table(claim_rows(claims["paper_b"], "b"))}
 
+## The criteria's free parameters
+
+Each row is judged at these values and again at every other value of the range of each
+parameter it reads; a row whose verdict turns is marked fragile.
+
+{markdown_table(parameter_rows(claims))}
+
+## Scale
+
+{markdown_table(scale_rows(claims))}
+"""
+
+
+def page(claims: dict[str, Any], headline: dict[str, Any], timings: dict[str, Any],
+         bench: dict[str, Any], machine: str) -> str:
+    """docs/results.md: every number from the run's files."""
+    secs = train_seconds(timings)
+    cost = [{"cell": c, "runs": max(1, len(timings[c].get("runs", {}))),
+             "train (s)": f"{s:.0f}"} for c, s in secs.items()]
+    runtime = (f"`bench_exits` on `{bench['cell']}` ({bench['run']}), R = "
+               f"{bench['r']}: the smallest uniform depth matching depth R's "
+               f"quality is {bench['matched_depth']}, so the baseline is depth "
+               f"{bench['baseline_depth']}. Realized: the baseline's wall time over the "
+               f"policy's, measured side by side ({bench['repeats']} repeats).\n\n"
+               + markdown_table(runtime_rows(bench)))
+    return f"""# Results of the default run
+
+<!-- generated by the `summary` stage (loopscope.render.summary) from tables/claims.json and
+metrics/; do not edit: `dvc repro summary` rewrites it -->
+
+{claims_sections(claims)}
 ## Headline metrics per cell
 
 metrics/headline.json (`dvc exp show` lists the same):
@@ -214,26 +297,23 @@ Total: {sum(secs.values()) / 60:.0f} min of training.
 """
 
 
-def norm_figure(norm_csv: Path, out: Path) -> None:
+def norm_figure(norm_csv: Path, out: Path, cells: dict[str, dict[str, Any]]) -> None:
     """Paper A's figure: mean ||H_k|| per loop, log scale, one labelled line per cell;
-    our recipe and the reference recipe side by side."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
+    our recipe and the reference recipe side by side (cells: claims.json's facts of
+    each cell, its group and recipe group)."""
     df = pd.read_csv(norm_csv)
-    df = df[~df["series"].str.startswith("backbone")]
-    groups = [("our recipe", df[~df["series"].str.startswith(REFERENCE_PREFIX)]),
-              ("paper A's reference recipe", df[df["series"].str.startswith(REFERENCE_PREFIX)])]
-    names = sorted({s.removeprefix(REFERENCE_PREFIX) for s in df["series"]})
+    df = df[df["series"].map(lambda c: cells[c]["group"] != "paper B backbone")]
+    ref = df["series"].map(lambda c: cells[c]["recipe_group"] == "reference")
+    groups = [("our recipe", df[~ref]), ("paper A's reference recipe", df[ref])]
+    setting = {c: (f["loss"], f["readout"], f["control"]) for c, f in cells.items()}
+    names = sorted({setting[c] for c in df["series"]})
     colour = {n: f"C{i % 10}" for i, n in enumerate(names)}  # one colour per setting
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, (title, part) in zip(axes, groups, strict=True):
         for series, g in part.groupby("series", sort=True):
-            name = series.removeprefix(REFERENCE_PREFIX)
-            ax.plot(g["loop"], g["norm"], marker="o", color=colour[name], label=series,
-                    ls="-" if name.endswith("_normed") else "--")
+            ax.plot(g["loop"], g["norm"], marker="o", color=colour[setting[series]],
+                    label=series,
+                    ls="-" if cells[series]["group"] == "normed baseline" else "--")
         ax.set(yscale="log", xlabel="loop k", title=title)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(fontsize=7)
@@ -244,6 +324,15 @@ def norm_figure(norm_csv: Path, out: Path) -> None:
     with atomic_output(out) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
+
+
+def forest_figures(out: dict[str, Path]) -> None:
+    """Each paper's forest plot (loopscope.render.figures.forest) for the front page."""
+    for paper, path in out.items():
+        drawn = forest(forest_rows(paper), f"paper {paper[-1].upper()}'s claims")
+        with atomic_output(path) as tmp:
+            drawn.fig.savefig(tmp, dpi=100, format="png", bbox_inches="tight")
+        plt.close(drawn.fig)
 
 
 def machine_of(bench: dict[str, Any]) -> str:
@@ -276,16 +365,40 @@ def readme_blocks(x: dict[str, Any]) -> dict[str, str]:
             "cost": cost_block(x["timings"], x["machine"])}
 
 
+def timings_block(found: dict[str, dict[str, Any]]) -> str:
+    """What every stage took, each as it last ran (metrics/stage_timings, summed by
+    loopscope.base.timings): the pipeline's own time, without the venv's install."""
+    t = summarize(found)
+    total = (t["training_seconds"] + t["measuring_seconds"]) / 60
+    cores = "/".join(str(c) for c in sorted({f.get("cores", 0) for f in found.values()}))
+    return (f"The {t['stages']} stages of this run, each as it last ran, took {total:.0f} min "
+            f"on {', '.join(t['cpus'])} ({cores} cores): {t['training_seconds'] / 60:.1f} min of "
+            f"training (configure, prepare, train@*) and {t['measuring_seconds'] / 60:.1f} min "
+            "of measuring (metrics/stage_timings; `python -m loopscope.base.timings` "
+            "itemizes them).")
+
+
 def stale_blocks(text: str, x: dict[str, Any]) -> list[str]:
     """The generated blocks of README text that differ from the run's files (empty:
     README says what the run measured)."""
-    return [name for name, body in readme_blocks(x).items() if block(text, name) != body]
+    found = {**readme_blocks(x), "timings": timings_block(read_all())}
+    return [name for name, body in found.items() if block(text, name) != body]
+
+
+def write_timings() -> None:
+    """README's `timings` block from metrics/stage_timings (`make repro` runs it after
+    `dvc repro`: the summary stage cannot read the timings of stages that run after it,
+    its own included)."""
+    text = replace_block(README.read_text(), "timings", timings_block(read_all()))
+    with atomic_output(README) as tmp:
+        tmp.write_text(text)
 
 
 def write(cells: list[str]) -> None:
     """Render docs/results.md, its figure and README's generated blocks."""
     x = inputs(cells)
-    norm_figure(paths.PLOTS / "norm.csv", NORM_FIGURE)
+    norm_figure(paths.PLOTS / "norm.csv", NORM_FIGURE, x["claims"]["cells"])
+    forest_figures(FOREST)
     with atomic_output(RESULTS_PAGE) as tmp:
         tmp.write_text(page(**x))
     text = README.read_text()
@@ -293,3 +406,12 @@ def write(cells: list[str]) -> None:
         text = replace_block(text, name, body)
     with atomic_output(README) as tmp:
         tmp.write_text(text)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["timings"]:
+        raise SystemExit("usage: python -m loopscope.render.summary timings")
+    write_timings()
+    print(f"{README}: timings block written")

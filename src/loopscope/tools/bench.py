@@ -25,7 +25,7 @@ from loopscope.base.files import write_json
 from loopscope.base.outputs import read_metrics
 from loopscope.measure import bench_exits
 from loopscope.measure.params import load
-from loopscope.stage import run
+from loopscope.stage import execute
 from loopscope.tools import bench_train
 
 
@@ -71,4 +71,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    execute(main)

@@ -49,7 +49,7 @@ from loopscope.base.files import write_json
 from loopscope.base.machine import cpu_model
 from loopscope.measure.rounds import interleaved_rounds, top_operators
 from loopscope.params import Params, load_params
-from loopscope.stage import run
+from loopscope.stage import execute
 from loopscope.weights import compute
 from loopscope.weights.config import READS, CellConfig
 from loopscope.weights.depth import sampler
@@ -296,4 +296,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run(main)
+    execute(main)

@@ -45,19 +45,17 @@ from loopscope.base import paths
 from loopscope.base.errors import DataError, LoopscopeError, ParamsError
 from loopscope.base.files import atomic_output, write_json
 from loopscope.base.machine import cpu_model
-from loopscope.judge.paper_b import REGIME
+from loopscope.base.outputs import loop_order
+from loopscope.judge.params import ClaimsConfig
 from loopscope.measure.intervals import Interval
 from loopscope.params import parse_params
 from loopscope.render.summary import markdown_table, runtime_rows
-from loopscope.stage import run
+from loopscope.stage import execute
 from loopscope.weights.resolve import resolve_cell
 
 CELL = "backbone"  # the cell every experiment retrains
 TARGET = f"convergence@{CELL}"  # dvc exp run reproduces this stage and its upstream only
-DOCS = Path("docs")
-RESULTS = DOCS / "depth" / "results.json"
-FIGURE = DOCS / "depth" / "depth.png"
-PAGE = DOCS / "depth.md"
+RESULTS, FIGURE, PAGE = paths.DEPTH_RESULTS, paths.DEPTH_FIGURE, paths.DEPTH_PAGE
 # A rerun agrees with the committed point within these (the acceptance of the trend).
 AGREE_LOOPS = 1
 AGREE_NATS = 0.02
@@ -176,9 +174,10 @@ def tokens(params_raw: dict[str, Any]) -> int:
 def point(e: Experiment, params_raw: dict[str, Any], conv: dict[str, Any],
           timing: dict[str, Any] | None, rev: str) -> dict[str, Any]:
     """One row of results.json from an experiment's params and metrics files."""
-    r = int(conv["reference_depth"])
+    r = int(conv["r"])
     n = tokens(params_raw)
-    ce = list(conv["ce_at_depth"].values())
+    ce = loop_order(conv["ce_at_depth"])[1]  # in loop order: the file sorts k10 before k2
+    choose = loop_order(conv.get("choose", {}).get("ce_at_depth", {}))[1]
     return {
         "name": e.name, "lever": e.lever, "series": e.series, "rev": rev, "axis": e.axis,
         "x": float(n if e.x is None else e.x), "tokens": n, "R": r,
@@ -186,8 +185,9 @@ def point(e: Experiment, params_raw: dict[str, Any], conv: dict[str, Any],
         # what the search ranks on: the `choose` windows, not the `report` ones the
         # claims are judged on (None: metrics from before the choose windows' curve)
         "choose_useful_depth": conv.get("choose", {}).get("useful_depth"),
+        "choose_elasticity": choose[0] - choose[r - 1] if len(choose) >= r else None,
         "elasticity": conv["elasticity"]["gain"],
-        "tail": conv["convergence"]["share_after_reference"],
+        "tail": conv["convergence"]["share_after_r"],
         "best_ce": min(ce), "ce_at_r": ce[r - 1],
         "tolerance": useful_rule(conv["saturation"]),
         "train_seconds": None if timing is None else timing["train_seconds"]}
@@ -279,9 +279,10 @@ def from_exp_show(show: list[dict[str, Any]]) -> dict[str, Any]:
     return {"baseline": base["rev"], "cell": CELL, "rows": rows, "missing": missing,
             "runtime": None if runtime is None else runtime_rows(runtime),
             "runtime_depths": None if runtime is None else {
-                k: runtime[k] for k in ("reference_depth", "matched_depth", "baseline_depth")},
+                k: runtime[k] for k in ("r", "matched_depth", "baseline_depth")},
             "failed": failed,
-            "regime": REGIME, "command": "make depth",
+            "regime": base["data"]["params"]["params.yaml"]["data"].get("claims", {}).get(
+                "regime", ClaimsConfig().regime), "command": "make depth",
             "tolerance": default["tolerance"], "search_base": list(SEARCH_BASE),
             "defaults": defaults(with_overrides(base["data"]["params"]["params.yaml"]["data"],
                                                 BASELINE))}
@@ -384,7 +385,7 @@ def runtime_section(results: dict[str, Any]) -> str:
 ## The exit runtime on a deeper backbone
 
 `{RUNTIME.name}`: `bench_exits` on the backbone with `{' '.join(RUNTIME.overrides)}`
-(the base recipe otherwise), R = {d['reference_depth']}; the smallest uniform depth
+(the base recipe otherwise), R = {d['r']}; the smallest uniform depth
 matching depth R's quality is {d['matched_depth']}, so the baseline a per-token policy
 has to beat is depth {d['baseline_depth']}. Realized: the baseline's time over the
 policy's, measured side by side on this machine.
@@ -400,11 +401,7 @@ def page(results: dict[str, Any]) -> str:
     trend = sorted((r for r in rows if r["series"] == DEFAULT), key=lambda r: r["tokens"])
     span = trend[-1]["tokens"] / trend[0]["tokens"] if trend else 0
     best, ranked_on = deepest(rows)
-    tied = [f"`{r['name']}`" for r in rows if r is not best
-            and r.get("choose_useful_depth") is not None
-            and r.get("choose_useful_depth") == best.get("choose_useful_depth")]
-    ties = (f" Tied on `choose` with {', '.join(tied)}: the larger elasticity ranks first."
-            if tied else "")
+    ties = tied(rows, best)
     missing = (f"\n\nNot run yet: {', '.join(results['missing'])}." if results["missing"]
                else "")
     runtime = runtime_section(results)
@@ -446,14 +443,32 @@ def deepest(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
     """The run with the deepest useful depth (ties: the larger elasticity), ranked on
     the `choose` windows where every run has them, and which windows it was ranked on.
     A recipe chosen on the `report` windows would be judged on the data it was chosen
-    on, so results without the choose windows' curve say so."""
+    on, so results without the choose windows' curve say so; a tie on `choose` is broken
+    on `choose` too (tied() says when it cannot be)."""
     if rows and all(r.get("choose_useful_depth") is not None for r in rows):
-        return (max(rows, key=lambda r: (r["choose_useful_depth"], r["elasticity"]["value"])),
+        return (max(rows, key=lambda r: (r["choose_useful_depth"],
+                                         r.get("choose_elasticity") or 0.0)),
                 "on the `choose` windows (the claims read `report`)")
     return (max(rows, key=lambda r: (r["useful_depth"]["value"], r["elasticity"]["value"])),
             "on the `report` windows, the ones the claims are judged on: these results "
             "predate the `choose` windows' useful depth; rerun `make depth` to rank away "
             "from the verdicts' data")
+
+
+def tied(rows: list[dict[str, Any]], best: dict[str, Any]) -> str:
+    """A sentence naming the runs tied with the deepest on `choose` and how the tie is
+    broken: by the elasticity on `choose` where every tied run has it; otherwise it
+    stands (results collected before that elasticity was recorded)."""
+    found = [r for r in rows if r is not best and r.get("choose_useful_depth") is not None
+             and r.get("choose_useful_depth") == best.get("choose_useful_depth")]
+    if not found:
+        return ""
+    names = ", ".join(f"`{r['name']}`" for r in found)
+    if all(r.get("choose_elasticity") is not None for r in [best, *found]):
+        return f" Tied on `choose` with {names}: the larger elasticity on `choose` ranks first."
+    return (f" Tied on `choose` with {names}, and the tie stands: these results carry no "
+            "elasticity on `choose` to break it (rerun `make depth`), and breaking it on "
+            "`report` would choose the recipe on the data the claims are judged on.")
 
 
 def _useful(row: dict[str, Any]) -> str:
@@ -545,4 +560,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    run(lambda: main(sys.argv[1:]))
+    execute(lambda: main(sys.argv[1:]))

@@ -110,7 +110,7 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     With P, L, R the prelude, one loop and one readout of loopscope.weights.model.cost, K the
     training depth (model.loops) and T the context, per token of each stage's windows:
       extract      P + K L (extract.val_sequences windows; states, no readouts)
-      diagnose     P + D (L + R) + 4 K R, D = max(diagnose.loops, K): the depth sweep
+      diagnose     P + D (L + R) + 4 K R, D = max(diagnose.sweep_depth, K): the depth sweep
                    reading every loop, and Lemma 1's float64 readout with its gradient
                    at each of the K loops (2 R, at half the fp32 rate); then the
                    clamp, one pass P + K (L + R) per clamp mode
@@ -132,7 +132,7 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     c, t, k = cost(m), m.context, m.loops
     full = c.prelude + k * (c.loop + c.readout)  # a uniform pass to K, reading every loop
     d, cv = params.diagnose, params.convergence
-    depth = max(d.loops, k)
+    depth = max(d.sweep_depth, k)
     conv = cv.depth_factor * k
     out = {
         "extract": runs * params.extract.val_sequences * t * (c.prelude + k * c.loop),
@@ -487,6 +487,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from loopscope.stage import run
+    from loopscope.stage import execute
 
-    run(main)
+    execute(main)

@@ -30,7 +30,7 @@ from loopscope.weights.config import ModelConfig, Read
 # interventions.
 LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
 # kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.measure.policies'
-# MaskedKV in the masked reference, loopscope.measure.runtime's GatherKV and LoopKV in the
+# MaskedKV in the masked forward, loopscope.measure.runtime's GatherKV and LoopKV in the
 # adaptive runtime); the heads' queries, keys and values of the tokens computed in this
 # call, (B, H, T, d_head).
 KV = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

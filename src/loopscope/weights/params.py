@@ -332,7 +332,7 @@ def _start_recording() -> None:
 
 def load(reads: Iterable[str], sections: dict[str, tuple[type, Callable[..., None] | None]],
          path: str | Path = PARAMS) -> View:
-    """The keys `reads` of params.yaml ("diagnose.loops", a whole section "model", or
+    """The keys `reads` of params.yaml ("diagnose.sweep_depth", a whole section "model", or
     "cells"), each section they name validated whole; every other key is Undeclared."""
     _start_recording()
     try:

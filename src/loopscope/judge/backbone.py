@@ -1,0 +1,138 @@
+"""Paper B's backbones as its claims read them: a backbone's metrics, its depths (R, m,
+E[r]), its useful depth and where that puts it against paper B's regime, as words and as
+data, and how its recipe differs from paper B's. The claims are loopscope.judge.paper_b.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopscope.judge.criteria import Criteria
+from loopscope.judge.verdicts import Comparison, widened
+from loopscope.measure.intervals import Interval
+from loopscope.weights.config import CellConfig
+
+PAPER_B_SIGMA = 0.5  # paper B's sampler (Huginn's): r = 1 + Poisson(LogNormal(., 0.5))
+STATES = {"in": "in the paper's regime", "edge": "at the edge of the paper's regime",
+          "outside": "outside the paper's regime"}
+
+
+@dataclass
+class Backbone:
+    """What paper B's claims read of one backbone: metrics/convergence/<name>.json and
+    metrics/policies/<name>.json (None: its policies were not swept), and the criteria
+    its claims are judged at (p)."""
+
+    name: str
+    conv: dict[str, Any]
+    pol: dict[str, Any] | None = None
+    p: Criteria = field(default_factory=lambda: Criteria({"regime": 0.75}))
+
+    @property
+    def r(self) -> int:
+        return int(self.conv["r"])
+
+    @property
+    def m(self) -> float:
+        """The training depth's nominal mean m (paper B's "mean", Huginn's `mean`, the
+        depth its evaluation runs; E[r] = m + 1): what the regime is read against."""
+        return float(self.conv.get("nominal_mean") or self.r)
+
+    @property
+    def depth(self) -> str:
+        """The depth the claims compare against, named: R is the evaluation depth, m the
+        training sampler's nominal mean (paper B's "mean 8"), E[r] its expectation."""
+        mean = self.conv.get("sampler_mean")
+        extra = "" if mean is None or mean == self.r else f", m = {self.m:g}, E[r] = {mean:g}"
+        return f"R = {self.r} (model.loops{extra})"
+
+    @property
+    def useful(self) -> Interval:
+        """The useful depth (the share-of-gain rule, loopscope.measure.convergence)."""
+        return Interval.of(self.conv["saturation"]["useful_depth_iv"])
+
+    @property
+    def useful_shares(self) -> str:
+        """The share of resamples at each useful depth, e.g. "5: 62%, 4: 38%"."""
+        return shares(self.conv["saturation"].get("useful_depth_shares", {}))
+
+    @property
+    def depth_use(self) -> str:
+        """The useful depth with its interval, against R: beside every paper B claim."""
+        iv = self.useful
+        return f"{self.name}: useful depth {iv.value:g} [{iv.lo:g}, {iv.hi:g}] of R = {self.r}"
+
+    def state(self, useful: Interval | None = None) -> str:
+        """Where this backbone stands against paper B's regime, in which useful depth
+        equals the training mean: "in" (the useful depth's interval at or above
+        p.regime x m), "outside" (below) or "edge" (straddling). useful: another
+        useful depth (a row of the sensitivity table)."""
+        iv, floor = useful or self.useful, self.p.regime * self.m
+        return "in" if iv.lo >= floor else "outside" if iv.hi < floor else "edge"
+
+    def regime(self, useful: Interval | None = None) -> str:
+        """The regime mark in words (state); every claim read on the backbone carries
+        it, and none excuses its verdict."""
+        iv, floor = useful or self.useful, self.p.regime * self.m
+        return (f"{STATES[self.state(useful)]} ({self.name}: useful depth {iv.value:g} "
+                f"[{iv.lo:g}, {iv.hi:g}] vs {self.p.regime:g} m = {floor:g})")
+
+    def regime_fact(self) -> dict[str, Any]:
+        """The regime mark as data: backbone, state, the useful depth and the floor."""
+        return {"backbone": self.name, "state": self.state(),
+                "useful_depth": self.useful.to_dict(), "floor": self.p.regime * self.m,
+                "r": self.r, "m": self.m}
+
+    @property
+    def resampled(self) -> str:
+        """What the backbone's intervals resample: its units (documents first where they
+        are blocks), and its seeds (one seed: conditional on that trained model)."""
+        seeds = int(self.conv.get("seeds", 1))
+        unit = self.conv.get("unit", "document")
+        docs = self.conv.get("documents")
+        units = f"{self.name}: {self.conv.get('units', '?')} units ({unit})"
+        if docs:
+            effect = self.conv.get("design_effect", {}).get("value")
+            units += (f", documents resampled first ({docs}; design effect "
+                      f"{effect:.2f})" if effect is not None else "")
+        return units + (f" x {seeds} seeds" if seeds > 1 else
+                        ", one seed: conditional on that trained model")
+
+    def test(self, statistic: str, raw: dict[str, float], rule: Any, *args: float) -> Comparison:
+        """A comparison on a stored 95% interval (widened for a family)."""
+        iv = Interval.of(raw)
+        return Comparison(statistic, iv, rule, args, lambda k: widened(iv, k))
+
+
+def shares(found: dict[str, float]) -> str:
+    """{"k5": 0.62, "k4": 0.38} -> "5: 62%, 4: 38%" (most frequent first)."""
+    return ", ".join(f"{k[1:]}: {v:.0%}" for k, v in
+                     sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def recipe_deviation(cfg: CellConfig) -> str:
+    """How a backbone's recipe differs from paper B's (the sampler's sigma 0.5, a
+    prelude and a coda around the core), or "paper B's" where it does not."""
+    t, m = cfg.train, cfg.model
+    found = []
+    if t.depth_sigma != PAPER_B_SIGMA:
+        found.append(f"sampler sigma {t.depth_sigma:g}, not {PAPER_B_SIGMA:g}")
+    if not (m.n_prelude and m.n_coda):
+        found.append(f"{m.n_prelude} prelude and {m.n_coda} coda blocks (paper B has both)")
+    return "; ".join(found) or "paper B's"
+
+
+def steps(elasticity: dict[str, Any]) -> dict[int, Interval]:
+    """CE(k+1) - CE(k) for each step k < R of a backbone's metrics' `elasticity`."""
+    return {int(k[1:]): Interval.of(v) for k, v in elasticity["steps"].items()}
+
+
+def worst_step(elasticity: dict[str, Any]) -> tuple[int, Interval] | None:
+    """The step k -> k+1 up to R that helps least (largest CE(k+1) - CE(k)): where
+    monotone improvement breaks first, if anywhere. None: no step measured (R = 1)."""
+    found = steps(elasticity)
+    if not found:
+        return None
+    k = max(found, key=lambda k: found[k].value)
+    return k, found[k]

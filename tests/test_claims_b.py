@@ -1,0 +1,353 @@
+"""Every paper B verdict can come out either way: constructed convergence and policies
+metrics (the schema of loopscope.measure.convergence and policies)."""
+
+import dataclasses
+
+import pytest
+
+from loopscope.judge.paper_b import paper_b_claims
+from loopscope.judge.params import ClaimsConfig
+
+VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
+
+
+def iv(value, lo=None, hi=None):
+    return {"value": value, "lo": value - 0.01 if lo is None else lo,
+            "hi": value + 0.01 if hi is None else hi}
+
+
+def narrow(value, half=0.004):
+    return iv(value, value - half, value + half)
+
+
+def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_ratio=-4.0,
+         change_ratio=-1.0, median=6.0, share=0.1, ws_minus=None, content_minus=None,
+         rare=(), sampler_mean=None, nominal_mean=None, median_half=1.0, sensitivity=None,
+         late_decay=-0.05, two_step=1.5):
+    """Paper-B-like convergence metrics (the schema of convergence.summarize)."""
+    d = 4 * r
+    useful = r if useful is None else useful
+    steps = {f"k{k}": narrow(-0.02) for k in range(1, r)} if steps is None else steps
+    ws_minus = {"punctuation": iv(-1.0), "content word": iv(-3.0)} \
+        if ws_minus is None else ws_minus
+    content_minus = {"whitespace": iv(3.0), "punctuation": iv(2.0)} \
+        if content_minus is None else content_minus
+    return {
+        "r": r, "max_depth": d, "sampler_mean": sampler_mean,
+        "nominal_mean": nominal_mean,
+        "elasticity": {"gain": iv(gain), "half_depth": r // 2, "half_gain": narrow(half_gain),
+                       "steps": steps, "tail": narrow(0.0), "flat": narrow(flat, 0.003),
+                       "flat_depth": d},
+        "kl": {"k2": 0.4, f"k{2 * r}": 1e-5},
+        "kl_decay": {"from": 2, "to": 2 * r, "log10_ratio": iv(kl_ratio, kl_ratio - 0.5,
+                                                                kl_ratio + 0.5)},
+        "state_change": {f"k{r}": 1e-2, f"k{d}": 1e-3},
+        "state_decay": {"from": r, "to": d, "log10_ratio": iv(change_ratio, change_ratio - 0.2,
+                                                               change_ratio + 0.2)},
+        "cycle": {"late_from": d - r, "late_to": d,
+                  "late_decay_per_loop": narrow(late_decay, 0.01),
+                  "early_decay_per_loop": narrow(-0.1, 0.01),
+                  "two_step_ratio": narrow(two_step, 0.05),
+                  "period2_share": narrow(0.1 if two_step > 1 else 0.8, 0.02)},
+        "convergence": {"epsilon": 1e-3,
+                        "median_loop": iv(median, median - median_half, median + median_half),
+                        "median_loop_shares": {f"k{int(median)}": 1.0},
+                        "median_exit_loop": iv(3.0, 2.0, 4.0),
+                        "share_after_r": iv(share)},
+        "types": {"whitespace": {"mean_loop": 2.0, "share": 0.2},
+                  "punctuation": {"mean_loop": 3.0, "share": 0.1},
+                  "content word": {"mean_loop": 5.0, "share": 0.3},
+                  "judged": ["whitespace", "punctuation", "content word"],
+                  "rare": list(rare), "whitespace_minus": ws_minus,
+                  "content_minus": content_minus},
+        "saturation": {"useful_depth": int(round(useful)), "share": 0.02,
+                       "useful_depth_iv": iv(useful, useful - 1, useful),
+                       "useful_depth_shares": {f"k{int(useful)}": 0.6,
+                                               f"k{int(useful) - 1}": 0.4},
+                       "sensitivity": [{"kind": "nats", "tolerance": t,
+                                        "useful_depth_iv": iv(u, u - 1, u)}
+                                       for t, u in (sensitivity or {0.01: useful}).items()]},
+    }
+
+
+def policy(loops, delta=0.0, flops_baseline=0.7, matched=True, threshold=1e-3, r=8,
+           flops=0.6):
+    """A rule's metrics at its chosen setting; mean loops cannot pass the cap R."""
+    if not matched:
+        return {"matched": False}
+    spread = min(0.2, r - loops)
+    return {"matched": True, "threshold": threshold, "mean_loops": loops,
+            "mean_loops_iv": iv(loops, loops - spread, loops + spread),
+            "delta_ce": narrow(delta), "flops_ratio": flops,
+            "flops_ratio_baseline": flops_baseline, "flops_ratio_iv": narrow(flops, 0.03),
+            "flops_ratio_baseline_iv": narrow(flops_baseline, 0.03)}
+
+
+def pol(r=8, kl=None, probe=None, baseline=7):
+    return {"r": r, "match_nats": 0.01, "choose_nats": 0.005,
+            "baseline_depth": baseline, "uniform": {"matched_depth": baseline},
+            "kl": policy(5.0) if kl is None else kl,
+            "probe": policy(7.95, threshold=0.0) if probe is None else probe}
+
+
+def judged(c, p, second=True, values=None, second_conv=None):
+    convs = {"main": c, "second": second_conv or conv(r=4)} if second else {"main": c}
+    return paper_b_claims(convs, {"main": p}, "main", "second" if second else None,
+                          {**VALUES, **(values or {})})
+
+
+def verdicts(c, p, second=True, values=None):
+    """The rows by key (token order: the main backbone's row)."""
+    out = {}
+    for row in judged(c, p, second, values):
+        out.setdefault(row.key, row)
+    return out
+
+
+def test_paper_b_claims_hold_on_paper_like_metrics():
+    found = verdicts(conv(), pol())
+    findings = {k: c for k, c in found.items() if c.kind == "finding"}
+    assert {c.headline for c in findings.values()} == {"holds"}, \
+        {k: (c.verdict, c.magnitude, c.value) for k, c in findings.items()}
+    assert found["period_two"].kind == "extension"
+    assert found["period_two"].verdict == "contradicted"  # no period-2 signature
+
+
+def worse_step(k, lo, hi):
+    steps = {f"k{j}": narrow(-0.02) for j in range(1, 8)}
+    steps[f"k{k}"] = iv((lo + hi) / 2, lo, hi)
+    return steps
+
+
+@pytest.mark.parametrize("change, key, verdict", [
+    # a step that worsens CE by more than flat_nats: not monotone
+    (dict(steps=worse_step(5, 0.02, 0.04)), "elasticity", "contradicted"),
+    (dict(steps=worse_step(5, -0.01, 0.03)), "elasticity", "inconclusive"),
+    # the second half of the depth does not help
+    (dict(half_gain=0.0), "elasticity", "contradicted"),
+    (dict(flat=0.05), "flat_past_r", "contradicted"),
+    (dict(flat=0.009), "flat_past_r", "inconclusive"),
+    (dict(kl_ratio=1.0), "kl_decay", "contradicted"),
+    (dict(kl_ratio=0.0), "kl_decay", "inconclusive"),
+    (dict(change_ratio=0.5), "state_decay", "contradicted"),
+    (dict(change_ratio=0.1), "state_decay", "inconclusive"),
+    (dict(median=10.0), "median_convergence", "contradicted"),
+    (dict(median=7.5), "median_convergence", "inconclusive"),
+    # a tail of 0% is no tail; one that may be under the 2% floor is not shown to be one
+    (dict(share=0.0), "tail", "contradicted"),
+    (dict(share=0.02), "tail", "inconclusive"),
+    (dict(ws_minus={"punctuation": iv(1.0), "content word": iv(-3.0)}), "token_order",
+     "contradicted"),
+    (dict(ws_minus={"punctuation": iv(0.0, -0.5, 0.5), "content word": iv(-3.0)}),
+     "token_order", "inconclusive"),
+    (dict(useful=12), "saturation", "contradicted"),
+    (dict(useful=3), "saturation", "contradicted"),
+    (dict(useful=6.5), "saturation", "inconclusive"),
+])
+def test_each_paper_b_claim_can_fail(change, key, verdict):
+    assert verdicts(conv(**change), pol())[key].verdict == verdict
+
+
+def test_a_period_two_trajectory_is_judged_a_cycle_not_a_fixed_point():
+    """The state change falls from R to 4R, but over the last R loops it no longer
+    decays and the state returns every second loop: a cycle."""
+    found = verdicts(conv(late_decay=0.0, two_step=0.4), pol())
+    assert found["state_decay"].verdict == "inconclusive"  # late decay straddles 0
+    assert found["period_two"].verdict == "holds"
+    cycling = verdicts(conv(late_decay=0.05, two_step=0.4), pol())
+    assert cycling["state_decay"].verdict == "contradicted"
+    assert "two-step / one-step" in cycling["state_decay"].value
+
+
+def test_token_order_needs_both_ends_not_a_content_whitespace_gap():
+    found = verdicts(conv(content_minus={"whitespace": iv(3.0), "punctuation": iv(-1.0)}),
+                     pol())
+    assert found["token_order"].verdict == "contradicted"
+
+
+def test_token_order_is_corrected_for_its_comparisons():
+    """Whitespace - punctuation 0.1 [0.006, 0.21]: against the claim at 95%, but not at
+    1 - 0.05 / 4 for the row's four comparisons: the row is inconclusive, where the same
+    difference far from zero contradicts it."""
+    near = verdicts(conv(ws_minus={"punctuation": iv(0.1, 0.006, 0.21),
+                                   "content word": iv(-3.0)}), pol())["token_order"]
+    assert near.verdict == "inconclusive" and near.record()["comparisons"] == 4
+    far = verdicts(conv(ws_minus={"punctuation": iv(1.0), "content word": iv(-3.0)}), pol())
+    assert far["token_order"].verdict == "contradicted"
+
+
+def test_token_order_is_not_judged_on_rare_types():
+    c = conv(rare=["whitespace"])
+    del c["types"]["whitespace_minus"]
+    found = verdicts(c, pol())["token_order"]
+    assert found.verdict == "not shown" and "whitespace" in found.value
+
+
+def test_token_order_is_judged_on_both_backbones():
+    found = judged(conv(), pol())
+    assert [c.claim for c in found if c.key == "token_order"] == [
+        "Convergence depth is ordered by token type [main]: whitespace shallowest, content "
+        "words deepest",
+        "Convergence depth is ordered by token type [second]: whitespace shallowest, "
+        "content words deepest"]
+
+
+@pytest.mark.parametrize("change, key, magnitude", [
+    # the KL decay within 1.5x of the paper's 4.66 decades: too shallow or too steep fails
+    (dict(kl_ratio=-2.0), "kl_decay", "contradicted"),
+    (dict(kl_ratio=-8.0), "kl_decay", "contradicted"),
+    (dict(kl_ratio=-3.2), "kl_decay", "inconclusive"),
+    # the median loop: 0.75 R one loop either side, on both sides
+    (dict(median=3.0), "median_convergence", "contradicted"),
+    (dict(median=7.5, median_half=0.1), "median_convergence", "contradicted"),
+    (dict(median=7.0, median_half=0.0), "median_convergence", "holds"),
+    (dict(median=5.0, median_half=0.0), "median_convergence", "holds"),
+    (dict(median=6.5), "median_convergence", "inconclusive"),
+])
+def test_paper_b_magnitude_bands_fail_on_both_sides(change, key, magnitude):
+    assert verdicts(conv(**change), pol())[key].magnitude == magnitude
+
+
+def test_magnitudes_have_their_own_verdicts_and_the_headline_needs_both():
+    found = verdicts(conv(share=0.5, kl_ratio=-1.0, median=2.0), pol())
+    for key in ("tail", "kl_decay", "median_convergence"):
+        assert (found[key].verdict, found[key].magnitude) == ("holds", "contradicted")
+        assert found[key].headline == "contradicted"
+
+
+@pytest.mark.parametrize("kl, verdict", [
+    (policy(8.0), "contradicted"),                 # saves nothing
+    (policy(5.0, delta=0.05), "contradicted"),     # worse than R beyond the margin
+    (policy(5.0, delta=0.008), "inconclusive"),    # non-inferiority not shown
+    (policy(7.85), "inconclusive"),                # the loops interval reaches R
+    (policy(0, matched=False), "inconclusive"),    # unmatched: never holds or contradicted
+])
+def test_a1_claim_can_fail(kl, verdict):
+    assert verdicts(conv(), pol(kl=kl))["a1_fewer_loops"].verdict == verdict
+
+
+def test_a1_is_non_inferiority_with_the_upper_bound_at_the_margin():
+    assert verdicts(conv(), pol(kl=policy(5.0, delta=0.006)))["a1_fewer_loops"].verdict \
+        == "holds"
+
+
+def test_a1_magnitude_reads_loops_against_the_matching_uniform_depth():
+    found = verdicts(conv(), pol(kl=policy(6.5), baseline=6))["a1_fewer_loops"]
+    assert (found.verdict, found.magnitude) == ("holds", "contradicted")
+    assert "uniform depth 6" in found.value
+
+
+@pytest.mark.parametrize("kl, verdict, magnitude", [
+    (policy(5.0, flops=0.6, flops_baseline=0.8), "holds", "holds"),
+    # fewer loops, but the checks cost more than they save: as many FLOPs as depth R
+    (policy(5.0, flops=1.0, flops_baseline=1.5), "inconclusive", "contradicted"),
+    (policy(5.0, flops=1.1, flops_baseline=1.5), "contradicted", "contradicted"),
+    (policy(5.0, flops=0.8, flops_baseline=1.0), "holds", "inconclusive"),
+    (policy(0, matched=False), "inconclusive", "n/a"),
+])
+def test_a1_compute_is_its_own_row_with_flop_intervals(kl, verdict, magnitude):
+    found = verdicts(conv(), pol(kl=kl, baseline=6))["a1_saves_compute"]
+    assert (found.verdict, found.magnitude) == (verdict, magnitude)
+
+
+@pytest.mark.parametrize("probe, verdict", [
+    (policy(4.0, threshold=0.1), "contradicted"),     # a good probe saves loops
+    (policy(4.0, delta=0.05), "inconclusive"),        # cheaper but not at matched quality
+    (policy(7.6), "inconclusive"),                    # interval straddles 0.95 R
+    (policy(8.0, delta=0.05), "holds"),               # no saving whatever the quality
+    (policy(0, matched=False), "inconclusive"),       # unmatched: no measurement
+])
+def test_a2_saves_nothing_can_fail(probe, verdict):
+    assert verdicts(conv(), pol(probe=probe))["a2_saves_nothing"].verdict == verdict
+
+
+def test_saturation_is_not_shown_with_one_backbone():
+    assert verdicts(conv(), pol(), second=False)["saturation"].verdict == "not shown"
+
+
+def test_claims_name_the_depth_they_compare_against():
+    found = verdicts(conv(sampler_mean=9.0, nominal_mean=8.0), pol())
+    assert "R = 8 (model.loops, m = 8, E[r] = 9)" in found["elasticity"].claim
+    assert "R = 8" in found["a1_fewer_loops"].criterion
+
+
+def test_every_row_carries_its_backbones_regime_as_words_and_as_data():
+    found = judged(conv(useful=3), pol())
+    assert all(c.regime for c in found)  # every row is read on a backbone
+    main_rows = [c for c in found if c.facts["backbones"] == ["main"]]
+    assert main_rows and all(c.regime.startswith("outside the paper's regime (main")
+                             for c in main_rows)
+    assert main_rows[0].facts["regimes"][0]["state"] == "outside"
+    assert main_rows[0].facts["regimes"][0]["floor"] == 6.0
+    assert all("in the paper's regime" in c.regime for c in judged(conv(), pol()))
+    edge = judged(conv(useful=6.5), pol())  # interval [5.5, 6.5] around 0.75 x 8 = 6
+    assert edge[0].regime.startswith("at the edge of the paper's regime")
+    # the regime share is a declared parameter: at 0.5 the same backbone is inside
+    assert judged(conv(useful=6.5), pol(), values={"regime": 0.5})[0].regime.startswith("in ")
+
+
+def test_saturation_failing_low_is_contradicted_not_excused_by_the_regime():
+    found = verdicts(conv(useful=3), pol())["saturation"]
+    assert found.verdict == "contradicted"
+    assert "outside the paper's regime (main" in found.regime
+
+
+def test_regime_is_read_against_the_nominal_mean():
+    # R = 8 evaluated, trained at nominal mean m = 7 (depth_mean: loops): 0.75 m = 5.25
+    found = judged(conv(useful=6, nominal_mean=7.0, sampler_mean=8.0), pol())
+    assert "0.75 m = 5.25" in found[0].regime and "at the edge" in found[0].regime
+
+
+def test_saturation_is_fragile_where_a_tolerance_turns_it():
+    second = conv(r=4, sensitivity={0.003: 4, 0.01: 4})
+    found = next(c for c in judged(conv(useful=5, sensitivity={0.003: 8, 0.01: 5}), pol(),
+                                   second_conv=second) if c.key == "saturation")
+    assert found.verdict == "contradicted"
+    rob = found.facts["robustness"]
+    assert rob["mark"] == "fragile"
+    assert {"parameter": "useful depth's tolerance", "value": "0.003 nats",
+            "verdict": "holds"} in rob["turns"]
+    steady = next(c for c in judged(conv(useful=8, sensitivity={0.003: 8, 0.01: 8}), pol(),
+                                    second_conv=second) if c.key == "saturation")
+    assert steady.verdict == "holds"
+    assert not [t for t in steady.facts["robustness"]["turns"]
+                if t["parameter"] == "useful depth's tolerance"]
+
+
+def test_a_parameter_sweep_marks_a_row_fragile():
+    """Elasticity's worst step at 0.008 [0.006, 0.0095]: under the 0.01-nat flat_nats,
+    over the 0.005 in its range: fragile, with the value that turns it."""
+    found = verdicts(conv(steps=worse_step(5, 0.006, 0.0095)), pol())["elasticity"]
+    assert found.verdict == "holds"
+    rob = found.facts["robustness"]
+    assert rob["mark"] == "fragile" and "flat_nats" in rob["swept"]
+    assert {"parameter": "flat_nats", "value": 0.005, "verdict": "contradicted"} in rob["turns"]
+    robust = verdicts(conv(flat=0.001), pol())["flat_past_r"].facts["robustness"]
+    assert robust["mark"] == "robust" and robust["turns"] == []
+    assert robust["swept"] == {"flat_nats": [0.005, 0.02]}
+
+
+def test_every_paper_b_claim_shows_its_backbones_useful_depth_against_r():
+    found = judged(conv(useful=3), pol())
+    assert all(c.depth_use for c in found)
+    assert found[0].depth_use == "main: useful depth 3 [2, 3] of R = 8"
+    order_second = [c for c in found if c.key == "token_order"][1]
+    assert order_second.depth_use == "second: useful depth 4 [3, 4] of R = 4"
+    assert found[-1].depth_use == ("second: useful depth 4 [3, 4] of R = 4; "
+                                   "main: useful depth 3 [2, 3] of R = 8")
+
+
+def test_paper_b_rows_say_what_they_resample_and_that_one_seed_conditions_them():
+    main = dict(conv(), units=52, unit="block of 2 windows within 13 documents", seeds=1,
+                documents=13, design_effect={"value": 1.8})
+    found = paper_b_claims({"main": main, "second": dict(conv(r=4), units=52, seeds=2)},
+                           {"main": pol()}, "main", "second", VALUES)
+    assert found[0].resampled == (
+        "main: 52 units (block of 2 windows within 13 documents), documents resampled "
+        "first (13; design effect 1.80), one seed: conditional on that trained model")
+    assert found[-1].resampled.startswith("second: 52 units (document) x 2 seeds; main:")
+
+
+def test_paper_b_claims_are_not_shown_without_a_backbone():
+    found = paper_b_claims({}, {}, None, None, VALUES)
+    assert found and {c.verdict for c in found} == {"not shown"}

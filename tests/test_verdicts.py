@@ -1,0 +1,177 @@
+"""The verdict rules every row is decided by (loopscope.judge.verdicts), the declared
+criteria and their specification curve (loopscope.judge.criteria), and the record a row
+becomes in tables/claims.json, checked against its JSON Schema."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from loopscope.judge import criteria
+from loopscope.judge.criteria import PARAMETERS, Criteria, specification
+from loopscope.judge.params import ClaimsConfig
+from loopscope.judge.verdicts import (
+    Comparison,
+    all_of,
+    at_least,
+    at_most,
+    claim,
+    decide,
+    decisive,
+    effect,
+    headline,
+    inside,
+    negligible,
+    not_shown,
+    widened,
+)
+from loopscope.measure.intervals import Documents, Interval
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "tests" / "claims.schema.json").read_text())
+VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
+
+
+def test_interval_verdicts():
+    assert effect(Interval(1, 0.5, 1.5), +1) == "holds"
+    assert effect(Interval(-1, -1.5, -0.5), +1) == "contradicted"
+    assert effect(Interval(0.1, -0.5, 0.7), +1) == "inconclusive"
+    assert effect(Interval(-1, -1.5, -0.5), -1) == "holds"
+    assert negligible(Interval(0, -0.005, 0.005), 0.01) == "holds"
+    assert negligible(Interval(0.1, 0.05, 0.15), 0.01) == "contradicted"
+    assert negligible(Interval(0.0, -0.02, 0.02), 0.01) == "inconclusive"
+    assert at_least(Interval(0.2, 0.15, 0.25), 0.1) == "holds"
+    assert at_least(Interval(0.05, 0.0, 0.08), 0.1) == "contradicted"
+    assert inside(Interval(1.0, 0.9, 1.1), 0.5, 1.5) == "holds"
+    assert inside(Interval(2.0, 1.8, 2.2), 0.5, 1.5) == "contradicted"
+
+
+def test_a_claim_about_every_cell_of_none_is_not_shown():
+    assert all_of([]) == "not shown"
+    assert all_of(["holds", "inconclusive"]) == "inconclusive"
+
+
+def test_a_family_is_contradicted_on_bonferroni_intervals():
+    docs = Documents(np.arange(40), 2000)
+    draws = docs.mean(np.arange(40), np.random.default_rng(0).normal(0, 1, 40))
+    one, four = docs.interval(draws), docs.interval(draws, 4)
+    assert four.lo < one.lo and four.hi > one.hi
+    iv = Interval(0.0, -1.0, 1.0)
+    wide = widened(iv, 4)
+    assert wide.hi == pytest.approx(2.4977 / 1.9600, rel=1e-3) and wide.lo == -wide.hi
+    assert widened(iv, 1) == iv
+    assert all_of(["holds", "contradicted", "holds"]) == "contradicted"
+    assert all_of(["holds", "contradicted", "holds"],
+                  ["holds", "inconclusive", "holds"]) == "inconclusive"
+    assert all_of(["holds", "holds"], ["holds", "inconclusive"]) == "holds"
+
+
+def test_the_family_rule_turns_a_contradicted_into_inconclusive():
+    """Three comparisons; one contradicts at 95% (upper bound -0.01) but its interval
+    widened to 1 - 0.05 / 3 crosses zero: the row is inconclusive. Alone, the same
+    comparison contradicts."""
+    near = Comparison("x", Interval(-0.2, -0.39, -0.01), effect, (1,))
+    far = Comparison("y", Interval(1.0, 0.9, 1.1), effect, (1,))
+    assert near.verdict() == "contradicted" and near.verdict(3) == "inconclusive"
+    assert decide([near]) == "contradicted"
+    assert decide([far, near, far]) == "inconclusive"
+    assert decide([far, far]) == "holds"
+
+
+def test_decisive_is_the_first_failing_comparison_else_the_narrowest_margin():
+    a = Comparison("a", Interval(1.0, 0.5, 1.5), effect, (1,))  # 1 width inside
+    b = Comparison("b", Interval(0.3, 0.1, 0.5), effect, (1,))  # 0.25 widths inside
+    c = Comparison("c", Interval(0.0, -0.5, 0.5), effect, (1,))
+    assert decisive([a, b]) is b and decisive([a, c, b]) is c and decisive([]) is None
+    assert b.record()["band"] == [0.0, None]
+    assert Comparison("d", Interval(0, -1, 1), at_most, (2.0,)).record()["band"] == [None, 2.0]
+
+
+def test_the_headline_is_direction_and_magnitude_together():
+    assert headline("holds", "n/a") == "holds"
+    assert headline("holds", "holds") == "holds"
+    assert headline("holds", "contradicted") == "contradicted"
+    assert headline("holds", "inconclusive") == "inconclusive"
+    assert headline("contradicted", "holds") == "contradicted"
+    assert headline("not shown", "n/a") == "not shown"
+
+
+def test_every_criteria_parameter_is_declared_with_a_source_and_a_range():
+    assert {p.name for p in PARAMETERS} == set(VALUES)
+    for p in PARAMETERS:
+        assert p.meaning and p.source and len(p.values) >= 2, p.name
+    rows = criteria.table(VALUES)
+    assert [r["name"] for r in rows] == [p.name for p in PARAMETERS]
+    assert all(r["value"] in r["range"] for r in rows)
+
+
+def test_a_specification_curve_marks_a_row_fragile_with_the_values_that_turn_it():
+    iv = Interval(0.008, 0.006, 0.0095)
+
+    def judge(p: Criteria):
+        return claim("a step", "", "", "", [Comparison("step", iv, at_most, (p.flat_nats,))])
+
+    found = specification(judge, Criteria(VALUES))
+    assert found.verdict == "holds"
+    rob = found.facts["robustness"]
+    assert rob["mark"] == "fragile" and rob["swept"] == {"flat_nats": [0.005, 0.02]}
+    assert rob["turns"] == [{"parameter": "flat_nats", "value": 0.005,
+                             "verdict": "contradicted"}]
+    wide = specification(judge, Criteria({**VALUES, "flat_nats": 0.02}))
+    assert wide.facts["robustness"]["turns"][0]["value"] == 0.005
+    steady = specification(
+        lambda p: claim("x", "", "", "", [Comparison("x", Interval(1, 0.9, 1.1), effect, (1,))]),
+        Criteria(VALUES))
+    assert steady.facts["robustness"] == {"mark": "robust", "swept": {}, "turns": []}
+
+
+def test_a_row_record_carries_its_estimate_band_and_counts():
+    tests = [Comparison("a", Interval(1.0, 0.5, 1.5, 40), effect, (1,)),
+             Comparison("b", Interval(0.3, 0.1, 0.5, 40), effect, (1,))]
+    row = claim("text", "paper", "criterion", "value", tests,
+                [Comparison("m", Interval(2.0, 1.5, 2.5, 40), at_least, (1.8,))], key="k")
+    rec = row.record()
+    assert rec["estimate"] == {"statistic": "b", "value": 0.3, "lo": 0.1, "hi": 0.5,
+                               "units": 40, "band": [0.0, None]}
+    assert rec["magnitude"] == "inconclusive" and rec["headline"] == "inconclusive"
+    assert rec["comparisons"] == 2 and rec["key"] == "k"
+    assert not_shown("t", "p", "c", "why").record()["estimate"] is None
+
+
+def row(**fields):
+    base = claim("text", "paper", "criterion", "value",
+                 [Comparison("a", Interval(1.0, 0.5, 1.5), effect, (1,))], key="drift").record()
+    return {**base, "id": "A.drift.ours", "paper": "A", "group": "ours",
+            "robustness": {"mark": "robust", "swept": {}, "turns": []}, **fields}
+
+
+def document(rows):
+    counts = {v: 0 for v in ("holds", "contradicted", "inconclusive", "not shown")}
+    return {"paper_a": rows, "paper_b": [], "mechanism_checks": [],
+            "counts": {"paper_a": counts, "paper_b": counts},
+            "parameters": criteria.table(VALUES),
+            "rules": {"family": "f", "seeds": "s", "headline": "h"}, "cells": {},
+            "scale": {"cells": {}, "corpus": {"train_tokens": 1, "val_tokens": 1},
+                      "papers": {"paper_a": {}, "paper_b": {}}, "reference_recipe": "r"},
+            "init_effect": "", "paper_b_recipe": {}}
+
+
+def test_the_schema_accepts_a_record_and_rejects_a_malformed_one():
+    jsonschema.validate(document([row()]), SCHEMA)
+    for bad in (row(verdict="maybe"), row(id="drift"), row(kind="finding?"),
+                {k: v for k, v in row().items() if k != "headline"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(document([bad]), SCHEMA)
+
+
+@pytest.mark.committed
+def test_the_committed_claims_table_validates_against_its_schema():
+    """tables/claims.json of the committed run (`python -c 'import jsonschema, json; ...'`
+    in the README does the same)."""
+    found = json.loads((ROOT / "tables" / "claims.json").read_text())
+    jsonschema.validate(found, SCHEMA)
+    ids = [r["id"] for p in ("paper_a", "paper_b", "mechanism_checks") for r in found[p]]
+    assert len(ids) == len(set(ids)), "row ids must be unique"
