@@ -37,7 +37,8 @@ DOCS, PER_DOC, LOOPS, SWEEP = 20, 50, 4, 12
 def cell_a(group: str = "scale-controlled", readout: str = "raw", loss: str = "per_loop",
            norm=(20.0, 20.0), tail=(0.1, 0.1), ce=(4.3, 3.8), cos=1e-2, slope=0.0,
            clamp=0.001, recipe: str = "ours", seed: int = 0, ce_at=None,
-           clamp_modes=("freeze_loop1", "remove_radial"), grow: float = 1.5) -> CellA:
+           clamp_modes=("freeze_loop1", "remove_radial"), grow: float = 1.5,
+           control: str = "") -> CellA:
     """A constructed cell: per-token norms at loops 1 and K (lognormal: centre, sigma),
     CE at loops 1 and K (linear between; ce_at: the CE of every loop instead), radial
     fraction at K; a sweep whose angular step goes like s**slope while the scale grows
@@ -73,7 +74,7 @@ def cell_a(group: str = "scale-controlled", readout: str = "raw", loss: str = "p
     clamped = pd.DataFrame({"doc": doc, **{m: clamp + offset for m in clamp_modes}})
     return CellA(group, loss, readout, recipe, LOOPS, pd.DataFrame(tokens), pd.DataFrame(sweep),
                  clamped, {f"k{k}": 1000.0 for k in range(1, 5)},
-                 {f"k{k}": 1e6 for k in range(1, 5)}, d_model=128)
+                 {f"k{k}": 1e6 for k in range(1, 5)}, control=control, d_model=128)
 
 
 # The drifting cell: its norm grows 250-fold with a heavy tail (log-normal sigma 1.2 at K:
@@ -107,6 +108,7 @@ def verdicts_a(cells: dict[str, CellA]) -> dict[str, str]:
 def test_paper_a_claims_hold_on_paper_like_metrics():
     found = rows(paper_a_cells())
     assert list(found) == list(CLAIMS_A)
+    assert found.pop("stable_injection").verdict == "not shown"  # no such cell here
     assert {c.verdict for c in found.values()} == {"holds"}, \
         [(c.claim, c.value) for c in found.values() if c.verdict != "holds"]
     assert {c.magnitude for c in found.values()} <= {"holds", "n/a"}
@@ -164,7 +166,7 @@ def test_the_drift_row_names_the_controls_the_group_has_and_lacks():
                                                    control="norm penalty")
     text = rows(cells)["drift"].claim
     assert "perloop_raw (raw readout)" in text and "perloop_penalty (norm penalty)" in text
-    assert "no inter-loop norm cell" in text
+    assert "no inter-loop norm and no stable injection cell" in text
 
 
 def test_a_final_norm_cell_that_drifts_contradicts_the_design_rule():
@@ -297,7 +299,8 @@ def test_no_verdict_rests_on_fewer_than_ten_units():
     found = paper_a_claims({k: dataclasses.replace(
         v, sweep=v.sweep.groupby("doc", as_index=False).sum()) for k, v in cells.items()},
         VALUES, 200)
-    assert {c.verdict for c in found} == {"inconclusive"}, [c.value for c in found]
+    judged = [c for c in found if c.key != "stable_injection"]  # no such cell here
+    assert {c.verdict for c in judged} == {"inconclusive"}, [c.value for c in judged]
 
 
 def test_paper_a_claims_are_not_shown_without_their_cells():
@@ -356,3 +359,21 @@ def test_two_seeds_decide_only_where_each_seed_alone_agrees():
     on_each_seed(found, judge, group, seed_groups(group), p)
     assert found.verdict == "inconclusive"
     assert "not on each seed alone (holds/contradicted)" in found.value
+
+
+def test_stable_injection_stops_the_drift_or_the_row_says_it_does_not():
+    """A per-loop normed cell with stable injection whose norm stays with the controls'
+    holds; one that drifts like the baseline contradicts the row, and, as a
+    scale-controlled cell, the drift row too."""
+    cells = paper_a_cells()
+    cells["perloop_stable"] = cell_a(readout="normed", ce=(4.25, 3.9), cos=1e-9, seed=8,
+                                     control="stable injection")
+    found = rows(cells)
+    assert found["stable_injection"].kind == "extension"
+    assert found["stable_injection"].headline == "holds", found["stable_injection"].value
+    assert "perloop_stable (stable injection)" in found["drift"].claim
+    cells["perloop_stable"] = dataclasses.replace(
+        cell_a(**{**NORMED, "seed": 9}), group="scale-controlled", control="stable injection")
+    found = rows(cells)
+    assert found["stable_injection"].verdict == "contradicted", found["stable_injection"].value
+    assert found["drift"].verdict != "holds"

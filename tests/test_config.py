@@ -321,7 +321,8 @@ def test_bad_policy_grids_are_named(path, value, expected):
 def test_shipped_grids_reach_their_conservative_end_in_steps_of_at_most_2x():
     grids = load_params(ROOT / "params.yaml").policies.grids
     assert set(grids) == {"kl", "kl-huginn", "minp-kl", "entropy-diff", "latent-diff",
-                          "cosine", "argmax-stability", "probe"}
+                          "cosine", "latent-acceleration", "latent-acceleration-2hit",
+                          "argmax-stability", "probe"}
     for rule, grid in grids.items():
         if rule != "argmax-stability":
             assert grid[0] == 0 and 10 <= len(grid) <= 16, rule

@@ -175,3 +175,28 @@ def test_the_page_shows_the_choose_depth_it_ranks_on_and_names_a_tie():
     assert "Tied on `choose` with `trend-steps-180`" in text  # the default ranks first
     results["rows"][1]["choose_useful_depth"] = 4
     assert "Tied on" not in levers.page(results)
+
+
+def test_one_new_lever_joins_the_committed_results_without_a_rerun(tmp_path, monkeypatch):
+    """`levers add`: the stable-injection lever's finished run becomes a row beside the
+    points measured on earlier commits, which keep theirs; a lever not run is refused."""
+    e = levers.experiment("lever-stable")
+    assert "++cells.backbone.model.inject=stable" in e.command(queue=False)
+    finished = {"name": e.name, "executor": {"state": "success"},
+                "revs": [{"rev": "mno", "data": rev(levers.with_overrides(RAW, e), conv(6.0))}]}
+    results = {**levers.from_exp_show(exp_show()), "machine": "a CPU, 2 CPU cores"}
+    monkeypatch.setattr(levers, "RESULTS", tmp_path / "results.json")
+    monkeypatch.setattr(levers, "PAGE", tmp_path / "depth.md")
+    monkeypatch.setattr(levers, "FIGURE", tmp_path / "depth.png")
+    levers.RESULTS.write_text(json.dumps(results))
+    monkeypatch.setattr(levers, "_exp_show", lambda rev: exp_show())
+    with pytest.raises(DataError, match="no finished `lever-stable`"):
+        levers.add("lever-stable")
+    monkeypatch.setattr(levers, "_exp_show", lambda rev: exp_show(extra=(finished,)))
+    added = levers.add("lever-stable")
+    assert [r["name"] for r in added["rows"]] == [r["name"] for r in results["rows"]] + [
+        "lever-stable"]
+    assert added["rows"][-1]["rev"] == "mno" and added["rows"][-1]["useful_depth"]["value"] == 6
+    assert "stable injection (Parcae)" in levers.PAGE.read_text()
+    again = levers.add("lever-stable")  # a rerun replaces its own row
+    assert [r["name"] for r in again["rows"]].count("lever-stable") == 1

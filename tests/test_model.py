@@ -1,6 +1,7 @@
 """LoopedLM behaviour: shapes, loop count, and what each readout can see."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -8,7 +9,8 @@ from conftest import TINY
 from conftest import tiny_model as make
 from conftest import tiny_tokens as tokens
 
-from loopscope.weights.model import LoopedLM, schedule
+from loopscope.weights.config import ModelConfig
+from loopscope.weights.model import LoopedLM, StableInjection, param_count, schedule
 
 
 def test_shapes_and_loop_count():
@@ -174,6 +176,7 @@ def test_paper_a_init_is_pytorchs_default():
 
 @pytest.mark.parametrize("variant", [
     dict(block="sandwich"), dict(inject="add"), dict(inject="concat_adapter"),
+    dict(inject="stable"), dict(inject="stable", readout="raw", n_prelude=1, n_coda=1),
     dict(state_init="noise"), dict(n_prelude=1, n_coda=1, block="sandwich",
                                    inject="concat_adapter", state_init="noise"),
 ])
@@ -215,3 +218,36 @@ def test_schedule_says_which_loops_build_a_graph_and_are_read(loops, read, grad,
     out = make().train()(tokens(), loops=loops, read=read, grad_loops=grad)
     assert tuple(k for k, lg in enumerate(out.logits, 1) if lg is not None) == reads
     assert [h.requires_grad for h in out.states] == [k > frozen for k in range(1, loops + 1)]
+
+
+def test_stable_injection_contracts_the_state_whatever_its_parameters():
+    """A_bar = exp(-Delta A) lies in (0, 1) per channel for any parameter values, as
+    float32 computes it; Parcae's initialisation gives A_bar = sqrt(1/5) and B_bar = Delta
+    (b = 1); the option is off by default."""
+    assert ModelConfig().inject == "none"
+    inj = StableInjection(64)
+    a_bar, b_bar = inj.coefficients()
+    assert torch.allclose(a_bar, torch.full((64,), 5 ** -0.5), atol=1e-6)
+    assert torch.allclose(b_bar, torch.full((64,), -math.log(5 ** -0.5)), atol=1e-6)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for scale in (1.0, 10.0, 100.0, 1e4):
+            for p in (inj.a, inj.delta, inj.b):
+                p.copy_(torch.randn(64, generator=gen) * scale)
+            a_bar, _ = inj.coefficients()
+            assert (a_bar > 0).all() and (a_bar < 1).all(), scale
+        inj.a.fill_(-1e4), inj.delta.fill_(-1e4)  # rate -> 0: A_bar would round to 1
+        assert (inj.coefficients()[0] < 1).all()
+        inj.a.fill_(1e4), inj.delta.fill_(1e4)  # rate -> inf: A_bar would round to 0
+        assert (inj.coefficients()[0] > 0).all()
+    h, e = torch.randn(2, 3, 64), torch.randn(2, 3, 64)
+    a_bar, b_bar = inj.coefficients()
+    assert torch.allclose(inj(h, e), a_bar * h + b_bar * e)
+
+
+def test_stable_injection_is_counted_and_gets_gradients():
+    model = make(inject="stable")
+    assert model.num_params() == param_count(model.cfg) == param_count(TINY) + 3 * TINY.d_model
+    model(tokens()).logits[-1].sum().backward()
+    assert all(p.grad is not None for p in model.stable.parameters())
+    assert make().stable is None

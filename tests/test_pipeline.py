@@ -10,13 +10,15 @@ here is marked slow: `make test` leaves them out, `make test-slow` runs them.
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 from conftest import SHARES_REPRO
-from micro import SEEDS, copy_repo, copy_state, params_read, sh
+from micro import ROOT, SEEDS, copy_repo, copy_state, params_read, sh
 
 from loopscope.render import summary
 from loopscope.weights import compute
@@ -25,7 +27,7 @@ from loopscope.weights.config import TrainConfig
 pytestmark = pytest.mark.slow
 
 # Paper A's normed and raw readouts, both loss placements, and paper B's backbone.
-CELLS = ["terminal_normed", "perloop_normed", "perloop_raw", "backbone"]
+CELLS = ["terminal_normed", "perloop_normed", "perloop_raw", "perloop_stable", "backbone"]
 PER_CELL = ("train", "extract", "diagnose", "convergence", "policies")
 
 
@@ -74,10 +76,20 @@ def test_repro_writes_report_and_finite_metrics(reproduced):
     assert "Paper B: per-token fixed-point convergence" in index
     # the summary stage: the results page and README's generated blocks from this run
     results = (repo / "docs" / "results.md").read_text()
-    assert "| claim | recipe | paper | value | verdict | criterion |" in results
+    assert "| claim | group | paper | ours | verdict | criterion |" in results
+    claims = json.loads((repo / "tables" / "claims.json").read_text())
+    jsonschema.validate(claims, json.loads((ROOT / "tests" / "claims.schema.json").read_text()))
+    assert json.loads((repo / "metrics" / "claims.json").read_text()) == claims["counts"]
     readme = (repo / "README.md").read_text()
-    assert summary.block(readme, "verdicts") == summary.verdicts_block(
-        json.loads((repo / "tables" / "claims.json").read_text()))
+    assert summary.block(readme, "verdicts") == summary.verdicts_block(claims)
+    assert (repo / "docs" / "results" / "forest_a.png").is_file()
+    # every figure of every report says what it shows
+    for page in (html.read_text(), convergence, index):
+        alts = re.findall(r'<img alt="([^"]*)"', page)
+        assert alts and all(len(a) > 40 for a in alts)
+    # the fourth scale control is judged: its row, and the drift row names it
+    stable = next(r for r in claims["paper_a"] if r["id"] == "A.stable_injection.ours")
+    assert stable["kind"] == "extension" and stable["verdict"] != "not shown"
     # the reports get the run's seeds (provenance) and the backbones' policies (A1's claim)
     for text in (convergence, index):
         assert "42, 43" in text and "no policies metrics" not in text

@@ -398,7 +398,7 @@ def test_measuring_flops_follow_the_params(tmp_path):
     assert got["diagnose"] == pytest.approx(2 * single["diagnose"])
     assert got["throughput"] == single["throughput"]  # the first run only
     assert plan_module.CLAMP_PASSES == len(clamp.CLAMP_MODES)
-    assert plan_module.BENCH_POLICIES == len(TIMED) == 3
+    assert plan_module.BENCH_POLICIES == len(TIMED) == 4
 
 
 def test_measuring_stages_are_dvc_yaml_s():
@@ -434,6 +434,6 @@ def test_brief_on_a_gpu_names_the_assumed_rate(capsys):
     main([str(ROOT / "params.yaml"), "--device", "cuda", "--brief"])
     gpu = capsys.readouterr().out
     assert gpu.startswith("estimated: training ") and "at an assumed 50 TFLOP/s" in gpu
-    assert "20 runs from scratch" in gpu
+    assert "22 runs from scratch" in gpu
     with pytest.raises(SystemExit):
         main([str(ROOT / "params.yaml"), "--json", "--brief"])

@@ -17,6 +17,8 @@ from loopscope.measure.exits import (
     Cosine,
     EntropyDiff,
     KLHuginn,
+    LatentAcceleration,
+    LatentAcceleration2Hit,
     LatentDiff,
     MinpKL,
     Uniform,
@@ -220,6 +222,47 @@ def test_replaying_the_never_exiting_run_gives_every_setting_its_exact_result(ru
         exits.add(int(own.exit_loop.min()))
     # some setting exits before the cap, and some only after replayed loops
     assert min(exits) < cap and max(exits) > 1
+
+
+def huginn_acceleration(states: torch.Tensor, i: int) -> torch.Tensor:
+    """Huginn's latent-acceleration-2 criterion at loop i (1-based) of states (L, N, d),
+    as its sampler computes it: ||(h_i - h_i-1) - (h_i-1 - h_i-2)|| / (||h_i|| + 1e-6)."""
+    cur, prev, prev2 = states[i - 1], states[i - 2], states[i - 3]
+    return ((cur - prev) - (prev - prev2)).norm(dim=-1) / (cur.norm(dim=-1) + 1e-6)
+
+
+@pytest.mark.parametrize("two_hit", [False, True])
+def test_latent_acceleration_is_huginns_formula_token_for_token(two_hit):
+    """On a synthetic trajectory (each token's state settling at its own rate), the rule's
+    exit loop is the first loop i >= 3 whose criterion is below the threshold (with two
+    hits: the second of two such loops in a row), computed directly."""
+    gen = torch.Generator().manual_seed(0)
+    n, d, loops, threshold = 64, 16, 12, 0.05
+    rate = torch.rand(n, generator=gen) * 0.8 + 0.1
+    target = torch.randn(n, d, generator=gen)
+    wobble = torch.randn(loops, n, d, generator=gen) * 0.02
+    states = torch.stack([target * (1 - rate ** k)[:, None] + wobble[k - 1] * rate[:, None] ** k
+                          for k in range(1, loops + 1)])
+    expected = torch.full((n,), loops)
+    hits = torch.zeros(n, dtype=torch.long)
+    for i in range(3, loops + 1):
+        below = huginn_acceleration(states, i) < threshold
+        hits = torch.where(below, hits + 1, 0)
+        fresh = (hits >= (2 if two_hit else 1)) & (expected == loops)
+        expected[fresh] = i
+    rule = (LatentAcceleration2Hit if two_hit else LatentAcceleration)(threshold)
+    rule.reset(n)
+    rule.begin(torch.arange(n), torch.zeros(n, d))  # H_0 is not one of its states
+    got = torch.full((n,), loops)
+    for i in range(1, loops + 1):
+        active = torch.nonzero(got == loops).flatten()  # exited tokens are not checked
+        leaving = rule.check(torch.full((len(active),), i), states[i - 1, active], None, active)
+        got[active[leaving]] = i
+    assert torch.equal(got, expected)
+    assert 3 + two_hit <= int(got.min()) < loops  # the test can fail both ways
+    assert rule.needs_logits is False
+    assert not LatentAcceleration(1.0).can_exit(3) and LatentAcceleration(1.0).can_exit(4)
+    assert not LatentAcceleration2Hit(1.0).can_exit(4)
 
 
 def test_argmax_stability_can_exit_only_with_enough_checks_before_the_cap():

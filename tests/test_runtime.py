@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import BACKBONE, TINY, Scripted
 
+from loopscope.measure import ledger
 from loopscope.measure.exits import RULES, Uniform, make
 from loopscope.measure.masked import masked_forward
 from loopscope.measure.runtime import Layout, generate, score
@@ -64,7 +65,8 @@ def test_decoding_equals_the_masked_forward_for_random_exits(name):
 # A threshold per rule at which the random backbone exits some tokens early and no
 # decision sits within float round-off of it (checked at +-0.1%).
 THRESHOLDS = {"kl": 1e-3, "kl-huginn": 1e-3, "minp-kl": 1e-3, "entropy-diff": 1e-3,
-              "latent-diff": 0.3, "cosine": 0.1, "argmax-stability": 3, "probe": 0.01}
+              "latent-diff": 0.3, "cosine": 0.1, "latent-acceleration": 0.3,
+              "latent-acceleration-2hit": 0.3, "argmax-stability": 3, "probe": 0.01}
 
 
 def test_every_rule_is_in_the_agreement_test():
@@ -130,3 +132,39 @@ def test_layout_pads_each_rows_active_queries():
     assert lay.row_of.tolist() == [0, 0, 0, 1] and lay.slot_of.tolist() == [0, 1, 2, 0]
     # row 0's second query sits at position 2: it sees keys 0..2
     assert lay.mask[0, 0, 1].tolist() == [True, True, True, False]
+
+
+def test_the_ledger_gives_each_part_its_exclusive_time():
+    """Marked stretches, one nested in another: each part counts its own time only, and
+    the rest is the wall time outside every mark."""
+    import time
+
+    def call() -> None:
+        with ledger.part("loop"):
+            time.sleep(0.03)
+            with ledger.part("kv"):
+                time.sleep(0.02)
+        with ledger.part("gather"):
+            time.sleep(0.01)
+        time.sleep(0.01)
+
+    found = ledger.measure(call)
+    assert found["loop"] == pytest.approx(0.03, abs=0.01)
+    assert found["kv"] == pytest.approx(0.02, abs=0.01)
+    assert found["gather"] == pytest.approx(0.01, abs=0.01)
+    assert found["rest"] == pytest.approx(0.01, abs=0.01)
+    parts = sum(found[k] for k in (*ledger.PARTS, "rest"))
+    assert parts == pytest.approx(found["wall"])
+    assert not ledger.ACTIVE  # the marks are off again
+
+
+def test_the_runtime_marks_every_kind_of_work():
+    model, x, h0 = setup(BACKBONE, b=2, t=16)
+    policy = make("kl", 1e-3)
+    for call in (lambda: score(model, x, policy, cap=8, h0=h0),
+                 lambda: generate(model, x, policy, cap=8, h0=h0)):
+        found = ledger.measure(call)
+        assert all(found[k] > 0 for k in ledger.PARTS), found
+        assert found["rest"] >= 0 and found["loop"] > found["rest"]
+    uniform = ledger.measure(lambda: score(model, x, make("uniform"), cap=8, h0=h0))
+    assert uniform["check"] == 0.0

@@ -173,3 +173,22 @@ def test_results_name_each_backbones_recipe_against_paper_bs():
     assert summary.backbone_recipes(found) == (
         "Backbones, against paper B's recipe: `backbone` (R = 8: sampler sigma 0.1, not 0.5).")
     assert summary.backbone_recipes({}) == "No paper B backbone in this run."
+
+
+@pytest.mark.committed
+def test_the_benchmarks_ledger_block_is_the_committed_run(committed):
+    text = (ROOT / summary.paths.BENCHMARKS_PAGE).read_text()
+    assert summary.block(text, "ledger") == summary.ledger_block(committed["bench"])
+
+
+def test_the_ledger_block_names_the_machine_and_the_policy():
+    bench = {"machine": {"cpu": "CPU X", "device": "cpu", "threads": 2}}
+    assert summary.ledger_block(bench) == ("This run timed no policy at matched quality: "
+                                           "no ledger.")
+    from test_tables_b import bench as timed
+    from test_tables_b import with_ledger
+    found = summary.ledger_block({**with_ledger(timed()), "machine": bench["machine"]})
+    assert found.startswith("On CPU X cpu, 2 threads, `kl` at its matched threshold against "
+                            "uniform depth 6")
+    assert "| scoring | exit checks | 0.0000 | 0.2000 | 0.2000 |" in found
+    assert found.count("**generation_batch") == 2

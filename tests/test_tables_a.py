@@ -62,10 +62,12 @@ def test_final_loop_norms_take_each_cell_at_its_own_depth(paper_a):
     assert list(table["mean"]) == [2.0, 30.0]  # short at k2, long at k3
     assert list(table.columns) == ["mean", "median", "p99", "p99_over_median",
                                    "share_above_10x_median"]
-    info = pd.DataFrame({"loss placement": ["per_loop", "final", "per_loop"],
-                         "group": ["normed baseline", "normed baseline", "scale-controlled"]},
-                        index=["drifts", "terminal", "control"])
-    assert list(paper_norms(info)) == ["~39,000 (44M), 56,051 (129M)", "-", "17 to 83"]
+    info = pd.DataFrame({"loss placement": ["per_loop", "final", "per_loop", "per_loop"],
+                         "group": ["normed baseline", "normed baseline", "scale-controlled",
+                                   "scale-controlled"],
+                         "control": ["-", "-", "raw readout", "stable injection"]},
+                        index=["drifts", "terminal", "control", "stable"])
+    assert list(paper_norms(info)) == ["~39,000 (44M), 56,051 (129M)", "-", "17 to 83", "-"]
     view = final_norms_view(per_loop_table(["short", "long"]), cell_table(["short", "long"]))
     assert "paper A" in view.data.columns and ">30</td>" in view.to_html()
 
@@ -147,3 +149,5 @@ def test_every_figure_draws_with_an_alt_text_that_names_what_it_shows(paper_a):
         assert len(d.alt) > 60 and "nan" not in d.alt, d.alt
     assert "largest: long at 30" in drawn[0].alt
     assert "long at loop 3, 33.33" in drawn[4].alt
+    for d in drawn:
+        matplotlib.pyplot.close(d.fig)

@@ -16,6 +16,7 @@ from loopscope.judge.params import ClaimsConfig
 from loopscope.render import figures_b
 from loopscope.render.tables_b import (
     Inputs,
+    acceleration_line,
     backbone_table,
     change_curves,
     convergence_line,
@@ -28,6 +29,9 @@ from loopscope.render.tables_b import (
     exit_rules,
     exit_shares,
     frontier,
+    ledger_bars,
+    ledger_lines,
+    ledger_table,
     match_target,
     policy_table,
     profile_table,
@@ -289,3 +293,55 @@ def test_every_figure_draws_with_an_alt_text_that_names_what_it_shows():
     for d in drawn:
         assert len(d.alt) > 60 and "nan" not in d.alt, d.alt
     assert "bb, bb8" in drawn[0].alt and "1.80x" in drawn[-1].alt
+    for d in drawn:
+        matplotlib.pyplot.close(d.fig)
+
+
+def with_ledger(b: dict, policy_wall: float = 1.0, measured: float = 1.05) -> dict:
+    parts = {"loop": 0.5, "kv": 0.1, "gather": 0.1, "check": 0.2, "once": 0.05}
+    uniform = {"loop": 0.8, "kv": 0.05, "gather": 0.02, "check": 0.0, "once": 0.05}
+    def total(p, wall):
+        return {**p, "rest": wall - sum(p.values()), "wall": wall}
+    mode = {"parts": {"uniform 6": total(uniform, 1.0), "kl": total(parts, policy_wall)},
+            "measured": {"uniform 6": 1.0, "kl": measured}}
+    labels = {"loop": "loops", "kv": "key/value handling", "gather": "gathering",
+              "check": "exit checks", "once": "once per token"}
+    return {**b, "ledger": {"policy": "kl", "uniform_depth": 6, "labels": labels,
+                            "modes": {m: mode for m in ("scoring", "generation_batch1",
+                                                        "generation_batched")}}}
+
+
+def test_the_ledger_table_and_lines_say_where_the_time_goes():
+    assert ledger_table(bench()) is None and ledger_lines(bench()) == []
+    b = with_ledger(bench())
+    table = ledger_table(b)
+    scoring = table[table["mode"] == "scoring"].set_index("part")
+    assert list(scoring.index[:6]) == ["loops", "once per token", "exit checks",
+                                       "key/value handling", "gathering",
+                                       "rest: Python, operator launch"]
+    assert scoring.loc["exit checks", "policy - uniform (s)"] == pytest.approx(0.2)
+    assert scoring.loc["sum of the parts (profiled wall)", "kl (s)"] == 1.0
+    assert scoring.loc["measured, unprofiled (median)", "kl (s)"] == 1.05
+    line = ledger_lines(b)[0]
+    assert line.startswith("**scoring**: `kl` 1.000 s against 1.000 s for uniform 6")
+    assert "add up to 95% of its unprofiled time, 1.050 s, within 10%" in line
+    assert "FLOP ratio of 1.30x" in line and "fall by 0.231 s, to 0.769 s" in line
+    assert "+0.300 s on key/value handling" in line and "-0.300 s on the loops" in line
+    assert "within reach only if those overheads shrink" in line  # loops + once: 0.55 s
+    far = with_ledger(bench(), measured=1.5)
+    assert "outside 10%" in ledger_lines(far)[0]
+    bars = ledger_bars(b)
+    assert set(bars["run"]) == {"uniform 6", "kl"} and len(bars) == 3 * 2 * 6
+
+
+def test_the_acceleration_row_says_whether_it_beats_a1_in_flops():
+    p = policies_metrics()
+    assert acceleration_line(p) == "latent-acceleration or A1 was not swept on this backbone."
+    p["latent-acceleration"] = {**p["kl"], "mean_loops": 5.5, "flops_ratio": 0.55,
+                                "flops_ratio_iv": iv(0.55, 0.5, 0.6)}
+    p["kl"]["mean_loops"] = 5.0
+    assert acceleration_line(p).endswith("in fewer FLOPs than A1.")
+    p["latent-acceleration"]["flops_ratio"] = 0.7
+    assert acceleration_line(p).endswith("in no fewer FLOPs than A1.")
+    p["latent-acceleration"] = {"matched": False}
+    assert acceleration_line(p).startswith("latent-acceleration matched depth R's quality at no")

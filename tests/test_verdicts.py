@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from loopscope.judge import criteria
-from loopscope.judge.criteria import PARAMETERS, Criteria, specification
+from loopscope.judge.criteria import Criteria, parameters, specification
 from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.verdicts import (
     Comparison,
@@ -100,11 +100,11 @@ def test_the_headline_is_direction_and_magnitude_together():
 
 
 def test_every_criteria_parameter_is_declared_with_a_source_and_a_range():
-    assert {p.name for p in PARAMETERS} == set(VALUES)
-    for p in PARAMETERS:
+    assert [p.name for p in parameters()] == list(VALUES)  # params.yaml's order too
+    for p in parameters():
         assert p.meaning and p.source and len(p.values) >= 2, p.name
     rows = criteria.table(VALUES)
-    assert [r["name"] for r in rows] == [p.name for p in PARAMETERS]
+    assert [r["name"] for r in rows] == [p.name for p in parameters()]
     assert all(r["value"] in r["range"] for r in rows)
 
 

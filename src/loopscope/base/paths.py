@@ -61,6 +61,7 @@ EXPERIMENTS = Path("experiments")
 README = Path("README.md")
 DOCS = Path("docs")
 RESULTS_PAGE = DOCS / "results.md"
+BENCHMARKS_PAGE = DOCS / "benchmarks.md"  # its `ledger` block: the summary stage's
 RESULTS_FIGURES = DOCS / "results"
 NORM_FIGURE = RESULTS_FIGURES / "norm.png"
 # paper B's depth-use search (loopscope.tools.levers): its page, results and figure

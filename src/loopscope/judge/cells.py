@@ -10,12 +10,13 @@ from loopscope.weights.config import CellConfig
 
 def cell_group(cell: CellConfig) -> str:
     """Which group of paper A's comparisons a cell belongs to: the normed baseline, a
-    scale-controlled variant (raw readout, norm penalty or inter-loop norm), final-norm
-    only, or a paper B backbone (sampled depth), which no paper A claim uses."""
+    scale-controlled variant (raw readout, norm penalty, inter-loop norm or stable
+    injection), final-norm only, or a paper B backbone (sampled depth), which no paper A
+    claim uses."""
     m, t = cell.model, cell.train
     if t.samples_depth:
         return "paper B backbone"
-    if m.inter_loop_norm or t.norm_penalty > 0 or m.readout == "raw":
+    if m.inter_loop_norm or t.norm_penalty > 0 or m.readout == "raw" or m.inject == "stable":
         return "scale-controlled"
     return "normed baseline" if m.readout == "normed" else "final-norm only"
 
@@ -28,7 +29,9 @@ def control(cell: CellConfig) -> str:
         return ""
     return ", ".join(name for name, on in (("raw readout", m.readout == "raw"),
                                            ("norm penalty", t.norm_penalty > 0),
-                                           ("inter-loop norm", m.inter_loop_norm)) if on)
+                                           ("inter-loop norm", m.inter_loop_norm),
+                                           ("stable injection", m.inject == "stable"))
+                     if on)
 
 
 def recipe_group(cell: CellConfig) -> str:

@@ -96,7 +96,8 @@ def _lemma2_draws(docs: Documents, sweep: pd.DataFrame, key: str
     return slope, scale[-1] / scale[0], y[-1] - y[0]
 
 
-CONTROLS = ("raw readout", "norm penalty", "inter-loop norm")  # the design rule's three
+# the design rule's three, and stable injection (Parcae, after the paper)
+CONTROLS = ("raw readout", "norm penalty", "inter-loop norm", "stable injection")
 
 
 @dataclass

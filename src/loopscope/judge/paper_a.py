@@ -410,9 +410,45 @@ def final_norm(g: GroupA) -> Claim:
                  "readouts at intermediate loops, a normalized one at the last'")
 
 
+def stable_injection(g: GroupA) -> Claim:
+    """Beyond the paper (an extension): does Parcae's stable injection alone stop the
+    drift? Its per-loop normed cell (the carried state contracted every loop, the
+    readout as blind to scale as the baseline's) judged as the drift row judges the
+    baseline, from the other side: its final-loop norm below the baseline's, and nearer
+    the other scale-controlled cells' than the baseline's on a log scale (it^2 below the
+    baseline's norm x the largest other control's); magnitude: no larger than the
+    largest other control's."""
+    text = ("Stable injection alone stops the drift: a per-loop normed cell whose carried "
+            "state is contracted every loop stays with the scale-controlled cells")
+    found = next((c for c, v in g.cells.items()
+                  if v.loss == "per_loop" and "stable injection" in v.control), None)
+    if not (g.normed and found):
+        return _extension(not_shown(text, "(not in the paper; Parcae, 2026)", "-",
+                                    "a per-loop normed or stable-injection cell is absent"))
+    ours, base = g.mean(found, "norm"), g.mean(g.normed, "norm")
+    others = [c for c in g.controls if c != found]
+    tests = [g.test(f"{g.normed} norm / {found}'s - 1", base / ours - 1, effect, 1)]
+    mags, value = [], (f"final-loop mean norm {ours[0]:,.1f} ({found}) vs {base[0]:,.1f} "
+                       f"({g.normed}); baseline / it {g.docs.interval(base / ours)}")
+    if others:
+        top = np.max(np.stack([g.mean(c, "norm") for c in others]), axis=0)
+        tests.append(g.test("baseline x largest other control / its norm^2 - 1",
+                            base * top / ours ** 2 - 1, effect, 1))
+        mags.append(g.test("its norm / the largest other control's", ours / top, at_most, 1.0))
+        value += f"; it / the largest other control's {g.docs.interval(ours / top)}"
+    return _extension(claim(
+        text, "(not in the paper; Parcae, 2026: the state cannot explode across loops)",
+        "final-loop mean norm of the per-loop normed cell / the stable-injection cell's > 1, "
+        "and the stable-injection cell's nearer the largest other control's than the "
+        "baseline's on a log scale (paired intervals); magnitude: its norm / the largest "
+        "other scale-controlled cell's <= 1", value, tests, mags, key="stable_injection",
+        source="Parcae (Prairie, Novack, Berg-Kirkpatrick, Fu, 2026): A_bar = exp(-Delta A) "
+        "with every entry in (0, 1)"))
+
+
 CLAIMS_A: dict[str, Callable[[GroupA], Claim]] = {c.__name__: c for c in (
-    drift, heavy_tail, final_norm, activity, inverse_scale, k_invariance, depth_gain,
-    depth_monotone, frontier, clamp, clamp_other, lemma1, radial_fractions)}
+    drift, heavy_tail, final_norm, stable_injection, activity, inverse_scale, k_invariance,
+    depth_gain, depth_monotone, frontier, clamp, clamp_other, lemma1, radial_fractions)}
 
 
 def _judged(judge: Callable[[GroupA], Claim], g: GroupA, seeds: list[GroupA]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from loopscope.judge.backbone import Backbone, shares, steps, worst_step
+from loopscope.judge.backbone import STATES, Backbone, shares, steps, worst_step
 from loopscope.judge.criteria import Criteria, specification
 from loopscope.judge.verdicts import (
     Claim,
@@ -345,7 +345,7 @@ def sensitivity(backbones: list[Backbone]) -> list[dict[str, Any]]:
         row = {"tolerance": _tolerance(tables[0][key]), "verdict": decide(tests)}
         for b, i in zip(backbones, useful, strict=True):
             row[b.name] = f"{i.value:g} [{i.lo:g}, {i.hi:g}]"
-            row[f"{b.name} regime"] = b.regime(i).split(" (")[0]
+            row[f"{b.name} regime"] = STATES[b.state(i)]
         rows.append(row)
     return rows
 

@@ -27,6 +27,10 @@ The same ratio against depth R sits beside it (`_vs_r`).
                     can give on this machine once per-call overheads are counted
     masked_forward_realized  time of uniform depth B / time of A1 through the masked
                     forward (scoring; paper B's setting, which skips no work)
+    ledger          for the policy realizing most in scoring, each mode's time split into
+                    loops, key/value handling, gathering, checks, once-per-token work
+                    and the rest (loopscope.measure.ledger), beside uniform depth B run
+                    through the same runtime
 
 It imports neither the training benchmark (loopscope.tools.bench_train) nor the training loop
 (loopscope.weights.train): the bench_exits stage depends on exactly the modules it imports
@@ -45,7 +49,7 @@ import torch.nn.functional as F
 
 from loopscope.base.errors import ParamsError
 from loopscope.base.machine import cpu_model
-from loopscope.measure import runtime
+from loopscope.measure import ledger, runtime
 from loopscope.measure.exits import Policy, Uniform, make
 from loopscope.measure.masked import flops_per_token, masked_forward
 from loopscope.measure.rounds import interleaved, interleaved_rounds, top_ops
@@ -224,6 +228,30 @@ def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b
     return out
 
 
+def ledgers(model: LoopedLM, w: Windows, name: str, policy: Policy, r: int, b: int,
+            batch: int, tokens: int, repeats: int) -> dict[str, Any]:
+    """Where the time goes (loopscope.measure.ledger), in each mode, for one policy at
+    its matched threshold and for uniform depth b through the same runtime: the
+    seconds of each part under the profiler, and the same calls' median seconds
+    unprofiled (`measured`, interleaved), against which the parts are checked."""
+    xb, hb = w.x[:batch], None if w.h0 is None else w.h0[:batch]
+    xs, hs = w.x[:, :tokens], None if w.h0 is None else w.h0[:, :tokens]
+
+    def decode(n: int) -> Callable[[Policy, int], Any]:
+        return lambda p, cap: runtime.generate(model, xs[:n], p, cap,
+                                               None if hs is None else hs[:n])
+    calls: dict[str, Callable[[Policy, int], Any]] = {
+        "scoring": lambda p, cap: runtime.score(model, xb, p, cap, hb),
+        "generation_batch1": decode(1), "generation_batched": decode(batch)}
+    modes = {}
+    for mode, call in calls.items():
+        jobs = {f"uniform {b}": lambda c=call: c(Uniform(), b),
+                name: lambda c=call: c(policy, r)}
+        modes[mode] = {"parts": {n: ledger.measure(job) for n, job in jobs.items()},
+                       "measured": interleaved(jobs, repeats)}
+    return {"policy": name, "uniform_depth": b, "labels": ledger.PARTS, "modes": modes}
+
+
 def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> list[dict]:
     """Where one runtime scoring call spends its time."""
     xb, hb = w.x[:batch], None if w.h0 is None else w.h0[:batch]
@@ -266,6 +294,8 @@ def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None 
             best = max(policies, key=lambda n: result["scoring"]["realized"][n])
             result["profile"] = {"policy": best, "top_ops": profile(
                 model, report, policies[best], r, cfg.batch_size)}
+            result["ledger"] = ledgers(model, report, best, policies[best], r, b,
+                                       cfg.batch_size, tokens, repeats)
     return result
 
 

@@ -8,7 +8,8 @@ interface, chosen by name (`make`), as Huginn's exit evaluators are
 Rules (RULES): uniform (A0, no checks), kl (A1, paper B's KL(p_i || p_prev)), probe
 (A2), and Huginn's rules by Huginn's names and defaults: kl-huginn (KL(p_prev || p_i),
 first check against uniform), minp-kl, entropy-diff, latent-diff (relative state
-change), cosine and argmax-stability. The masked forward (loopscope.measure.masked),
+change), cosine, latent-acceleration (second order, with a two-hit variant) and
+argmax-stability. The masked forward (loopscope.measure.masked),
 the runtime (loopscope.measure.runtime) and the policies stage call them alike.
 """
 
@@ -234,6 +235,55 @@ class Cosine(_StateCompare):
         lambda now, prev: (1.0 - F.cosine_similarity(now, prev, dim=-1)).clamp_min(0.0))
 
 
+class LatentAcceleration(Policy):
+    """Huginn's latent-acceleration (its sampler's second form): exit once
+    ||(h_i - h_prev) - (h_prev - h_prev2)|| / (||h_i|| + 1e-6) < threshold, the change
+    of the state's step between checks relative to the state: a second-order rule that
+    reads no head. It needs two earlier states of its own (H_0 is not one), so the first
+    possible exit is the third check. two_hit: only after two checks in a row below the
+    threshold (latent-acceleration-2hit)."""
+
+    name = "latent-acceleration"
+    two_hit = False
+    EPS = 1e-6  # Huginn's guard against a zero state
+
+    def reset(self, n_tokens: int) -> None:
+        super().reset(n_tokens)
+        self.prev: torch.Tensor | None = None
+        self.prev2: torch.Tensor | None = None
+
+    def can_exit(self, cap: int) -> bool:
+        """Exits need a threshold above 0 and, before the cap, a third check (a fourth
+        with two hits)."""
+        return self.threshold > 0 and self.checks_before(cap) >= 3 + self.two_hit
+
+    def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
+              idx: torch.Tensor) -> torch.Tensor:
+        now = h.float()
+        if self.prev is None:
+            self.prev = now.new_zeros((self.n_tokens, now.shape[-1]))
+            self.prev2 = torch.zeros_like(self.prev)
+            self.seen = torch.zeros(self.n_tokens, dtype=torch.long, device=now.device)
+            self.hits = torch.zeros(self.n_tokens, dtype=torch.long, device=now.device)
+        prev, prev2 = self.prev[idx], self.prev2[idx]
+        accel = (now - prev) - (prev - prev2)
+        below = (accel.norm(dim=-1) / (now.norm(dim=-1) + self.EPS) < self.threshold) \
+            & (self.seen[idx] >= 2)
+        hits = torch.where(below, self.hits[idx] + 1, 0)
+        self.prev2[idx], self.prev[idx] = prev, now
+        self.seen[idx] += 1
+        self.hits[idx] = hits
+        return hits >= (2 if self.two_hit else 1)
+
+
+class LatentAcceleration2Hit(LatentAcceleration):
+    """latent-acceleration with a two-hit check: below the threshold at two consecutive
+    checks (the two-scale latent dynamics study's variant)."""
+
+    name = "latent-acceleration-2hit"
+    two_hit = True
+
+
 class ArgmaxStability(Policy):
     """Huginn's argmax-stability: exit once the next-token argmax has equalled the
     previous check's at `threshold` consecutive checks (an integer; the first check has
@@ -286,7 +336,8 @@ class Probe(Policy):
 
 
 RULES: dict[str, type[Policy]] = {rule.name: rule for rule in (
-    Uniform, KL, KLHuginn, MinpKL, EntropyDiff, LatentDiff, Cosine, ArgmaxStability, Probe)}
+    Uniform, KL, KLHuginn, MinpKL, EntropyDiff, LatentDiff, Cosine, LatentAcceleration,
+    LatentAcceleration2Hit, ArgmaxStability, Probe)}
 
 
 def rule_defaults(rule: str) -> tuple[float, ...]:

@@ -50,13 +50,18 @@ RULES: dict[str, Rule] = {
     "latent-diff": Rule((0.03,), doublings(0.03, -5, 4), timed=True),
     # 1 - cos(h_i, h_prev) < threshold (no head)
     "cosine": Rule((1e-3,), doublings(1e-3, -6, 6), timed=True),
+    # ||(h_i - h_prev) - (h_prev - h_prev2)|| / ||h_i|| < threshold (no head, second order;
+    # Huginn's sampler default 0.03, as latent-diff's)
+    "latent-acceleration": Rule((0.03,), doublings(0.03, -5, 4), timed=True),
+    # the same below the threshold at two checks in a row
+    "latent-acceleration-2hit": Rule((0.03,), doublings(0.03, -5, 4)),
     # the argmax unchanged for n checks
     "argmax-stability": Rule((5.0,), (1.0, 2.0, 3.0, 4.0, 5.0, 8.0), counts=True),
     # A2: P(argmax changes later) < threshold, a probe's own decision boundary
     "probe": Rule((0.5,), doublings(0.5, -9, 0)),
 }
-# The rules the exit benchmark times, each at its matched threshold: A1 and the two
-# head-free rules. A2 (probe) matches depth R only by hardly exiting (paper B: no saving;
+# The rules the exit benchmark times, each at its matched threshold: A1 and the three
+# head-free rules of one hit. A2 (probe) matches depth R only by hardly exiting (paper B: no saving;
 # 7.99 of 8 loops here), kl-huginn exits where kl does, and minp-kl, entropy-diff and
 # argmax-stability pay kl's check while exiting later: timing them would lengthen the
 # stage, not answer anything new.

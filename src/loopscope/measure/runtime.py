@@ -16,10 +16,12 @@ float tolerance for any exit decisions (tests/test_runtime.py).
 
 Both call the policy objects of loopscope.measure.policies exactly as the masked forward does:
 begin() with each token's H_0 when it starts, check() with the tokens checked at a loop.
-Exit checks: a rule that reads logits runs the coda and head for the active tokens
-only. With at most one coda block its keys and values are cached too (an exited
-token's coda input is its frozen exit state); a deeper coda is recomputed over every
-token, since its later blocks' inputs change while other tokens still move.
+The work is marked by part (loopscope.measure.ledger), so the exit benchmark can say
+where a call's time goes. Exit checks: a rule that reads logits runs the coda and head
+for the active tokens only. With at most one coda block its keys and values are cached
+too (an exited token's coda input is its frozen exit state); a deeper coda is
+recomputed over every token, since its later blocks' inputs change while other tokens
+still move.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from loopscope.measure.exits import Policy
+from loopscope.measure.ledger import part
 from loopscope.weights.model import LoopedLM
 
 
@@ -85,18 +88,22 @@ class GatherKV:
         lay = self.layout
         n_heads, d_head = q.shape[1], q.shape[3]
         if lay.full:  # x is the whole batch (B, T, d): keep the keys, attend as usual
-            self.k.copy_(k.transpose(1, 2).reshape(-1, n_heads, d_head))
-            self.v.copy_(v.transpose(1, 2).reshape(-1, n_heads, d_head))
+            with part("kv"):
+                self.k.copy_(k.transpose(1, 2).reshape(-1, n_heads, d_head))
+                self.v.copy_(v.transpose(1, 2).reshape(-1, n_heads, d_head))
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        self.k.index_copy_(0, lay.idx, k[0].transpose(0, 1))
-        self.v.index_copy_(0, lay.idx, v[0].transpose(0, 1))
-        queries = q.new_zeros((len(lay.rows), lay.slots, n_heads, d_head))
-        queries[lay.row_of, lay.slot_of] = q[0].transpose(0, 1)
-        keys = self.k.view(self.b, self.t, n_heads, d_head)[lay.rows].transpose(1, 2)
-        values = self.v.view(self.b, self.t, n_heads, d_head)[lay.rows].transpose(1, 2)
+        with part("kv"):
+            self.k.index_copy_(0, lay.idx, k[0].transpose(0, 1))
+            self.v.index_copy_(0, lay.idx, v[0].transpose(0, 1))
+            keys = self.k.view(self.b, self.t, n_heads, d_head)[lay.rows].transpose(1, 2)
+            values = self.v.view(self.b, self.t, n_heads, d_head)[lay.rows].transpose(1, 2)
+        with part("gather"):
+            queries = q.new_zeros((len(lay.rows), lay.slots, n_heads, d_head))
+            queries[lay.row_of, lay.slot_of] = q[0].transpose(0, 1)
         y = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values,
                                            attn_mask=lay.mask)
-        return y.transpose(1, 2)[lay.row_of, lay.slot_of].transpose(0, 1)[None]
+        with part("gather"):
+            return y.transpose(1, 2)[lay.row_of, lay.slot_of].transpose(0, 1)[None]
 
 
 @dataclass
@@ -124,8 +131,10 @@ class Scorer:
 
     def __init__(self, model: LoopedLM, idx: torch.Tensor, h0: torch.Tensor | None) -> None:
         self.model, (self.b, self.t) = model, idx.shape
-        e = model.inputs(idx)
-        self.h = (model.initial_state(e) if h0 is None else h0.to(e.dtype)).flatten(0, 1).clone()
+        with part("once"):
+            e = model.inputs(idx)
+            self.h = (model.initial_state(e) if h0 is None else h0.to(e.dtype)
+                      ).flatten(0, 1).clone()
         self.e = e.flatten(0, 1)
         self.loops = 0
         self.core = _kv(model, self.b, self.t, self.h, len(model.core))
@@ -137,13 +146,18 @@ class Scorer:
             kv.layout = lay
         first, self.loops = self.loops == 0, self.loops + 1
         if lay.full:
-            h = self.model.carry(self.h.view(self.b, self.t, -1), first)
-            out = self.model.step(h, self.e.view(self.b, self.t, -1), self.core)
-            self.h.copy_(out.flatten(0, 1))
+            with part("loop"):
+                h = self.model.carry(self.h.view(self.b, self.t, -1), first)
+                out = self.model.step(h, self.e.view(self.b, self.t, -1), self.core)
+            with part("gather"):
+                self.h.copy_(out.flatten(0, 1))
             return
-        h = self.model.carry(self.h[lay.idx][None], first)
-        out = self.model.step(h, self.e[lay.idx][None], self.core)
-        self.h.index_copy_(0, lay.idx, out[0])
+        with part("gather"):
+            h, e = self.h[lay.idx][None], self.e[lay.idx][None]
+        with part("loop"):
+            out = self.model.step(self.model.carry(h, first), e, self.core)
+        with part("gather"):
+            self.h.index_copy_(0, lay.idx, out[0])
 
     def logits(self, lay: Layout) -> torch.Tensor:
         """Logits (N, V) of the layout's tokens at a check: the coda over every token's
@@ -175,22 +189,27 @@ def score(model: LoopedLM, idx: torch.Tensor, policy: Policy, cap: int,
     policy.reset(b * t)
     policy.begin(torch.arange(b * t, device=idx.device), run.h)
     for loop in range(1, cap + 1):
-        lay = Layout.of(active)
+        with part("gather"):
+            lay = Layout.of(active)
         counts.append(len(lay.idx))
         run.advance(lay)
         if loop == cap or not policy.checks_at(loop):
             continue
-        logits = run.logits(lay) if policy.needs_logits else None
-        checks[lay.idx] += 1
-        loops = torch.full_like(lay.idx, loop)
-        leaving = lay.idx[policy.check(loops, run.h[lay.idx], logits, lay.idx)]
-        exit_loop[leaving] = loop
-        active.view(-1)[leaving] = False
-        if not active.any():
+        with part("check"):
+            logits = run.logits(lay) if policy.needs_logits else None
+            checks[lay.idx] += 1
+            loops = torch.full_like(lay.idx, loop)
+            leaving = lay.idx[policy.check(loops, run.h[lay.idx], logits, lay.idx)]
+        with part("gather"):
+            exit_loop[leaving] = loop
+            active.view(-1)[leaving] = False
+            done = not active.any()
+        if done:
             break
     state = run.state()
-    return ScoreRun(model.read(state, last=True), state, exit_loop.view(b, t),
-                    checks.view(b, t), counts)
+    with part("once"):
+        logits = model.read(state, last=True)
+    return ScoreRun(logits, state, exit_loop.view(b, t), checks.view(b, t), counts)
 
 
 class LoopKV:
@@ -208,11 +227,13 @@ class LoopKV:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         streams, loop, pos = self.at  # (S',) each; loop 0-based
-        self.k[streams, loop, pos] = k[:, :, 0]
-        self.v[streams, loop, pos] = v[:, :, 0]
-        keys = self.k[streams, loop].transpose(1, 2)
-        values = self.v[streams, loop].transpose(1, 2)
-        mask = (torch.arange(self.t, device=q.device)[None, :] <= pos[:, None])[:, None, None]
+        with part("kv"):
+            self.k[streams, loop, pos] = k[:, :, 0]
+            self.v[streams, loop, pos] = v[:, :, 0]
+            keys = self.k[streams, loop].transpose(1, 2)
+            values = self.v[streams, loop].transpose(1, 2)
+            mask = (torch.arange(self.t, device=q.device)[None, :]
+                    <= pos[:, None])[:, None, None]
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
     def freeze(self, streams: torch.Tensor, loop: torch.Tensor, pos: torch.Tensor) -> None:
@@ -270,40 +291,60 @@ def generate(model: LoopedLM, tokens: torch.Tensor, policy: Policy, cap: int,
     steps = 0
     while bool((pos < t).any()):
         steps += 1
-        live = (pos < t).nonzero().squeeze(1)
-        start = live[loop[live] == 0]
+        with part("gather"):
+            live = (pos < t).nonzero().squeeze(1)
+            start = live[loop[live] == 0]
         if len(start):  # a new token: its embedding through the prelude, then H_0
-            _start_tokens(model, tokens, start, pos[start], prelude, e, h, h0, policy)
-        _point(core, live, loop[live], pos[live])
-        x = model.carry(h[live][:, None], first=(loop[live] == 0)[:, None])  # H_0 at loop 1
-        h[live] = model.step(x, e[live][:, None], core)[:, 0]
-        loop[live] += 1
-        checking = live[(loop[live] < cap)
-                        & torch.tensor([policy.checks_at(int(i)) for i in loop[live]],
-                                       dtype=torch.bool, device=dev)]
-        leaving = live[loop[live] == cap]
-        read = torch.zeros(0, dtype=torch.long, device=dev)
+            with part("once"):
+                _start_tokens(model, tokens, start, pos[start], prelude, e, h, h0, policy)
+        with part("gather"):
+            _point(core, live, loop[live], pos[live])
+            x, first, inject = h[live][:, None], (loop[live] == 0)[:, None], e[live][:, None]
+        with part("loop"):  # H_0 at loop 1
+            out = model.step(model.carry(x, first=first), inject, core)[:, 0]
+        with part("gather"):
+            h[live] = out
+            loop[live] += 1
+            checking = live[(loop[live] < cap)
+                            & torch.tensor([policy.checks_at(int(i)) for i in loop[live]],
+                                           dtype=torch.bool, device=dev)]
+            leaving = live[loop[live] == cap]
+            read = torch.zeros(0, dtype=torch.long, device=dev)
         if len(checking):
-            flat = checking * t + pos[checking]
-            out = None
-            if policy.needs_logits:
-                out = _read_current(model, h, coda, checking, pos)
-            checks[checking, pos[checking]] += 1
-            exits = policy.check(loop[checking], h[checking], out, flat)
-            if out is not None:
-                logits[checking[exits], pos[checking[exits]]] = out[exits]
-                read = checking[exits]
-            leaving = torch.cat([leaving, checking[exits]])
+            with part("check"):
+                flat = checking * t + pos[checking]
+                out = None
+                if policy.needs_logits:
+                    out = _read_current(model, h, coda, checking, pos)
+                checks[checking, pos[checking]] += 1
+                exits = policy.check(loop[checking], h[checking], out, flat)
+            with part("gather"):
+                if out is not None:
+                    logits[checking[exits], pos[checking[exits]]] = out[exits]
+                    read = checking[exits]
+                leaving = torch.cat([leaving, checking[exits]])
         if len(leaving):
-            unread = leaving[~torch.isin(leaving, read)]
-            if len(unread):
-                logits[unread, pos[unread]] = _read_current(model, h, coda, unread, pos)
-            exit_loop[leaving, pos[leaving]] = loop[leaving]
-            for cache in core:
-                cache.freeze(leaving, loop[leaving] - 1, pos[leaving])
-            pos[leaving] += 1
-            loop[leaving] = 0
+            _leave(model, h, coda, core, leaving, read, loop, pos, logits, exit_loop)
     return GenerateRun(logits, exit_loop, checks, steps)
+
+
+def _leave(model: LoopedLM, h: torch.Tensor, coda: list[LoopKV], core: list[LoopKV],
+           leaving: torch.Tensor, read: torch.Tensor, loop: torch.Tensor, pos: torch.Tensor,
+           logits: torch.Tensor, exit_loop: torch.Tensor) -> None:
+    """The streams `leaving` finish their current tokens: the final readout of those a
+    check did not read, their exit loops, their keys and values frozen for the later
+    loops, and their next tokens."""
+    with part("once"):
+        unread = leaving[~torch.isin(leaving, read)]
+        if len(unread):
+            logits[unread, pos[unread]] = _read_current(model, h, coda, unread, pos)
+    with part("kv"):
+        for cache in core:
+            cache.freeze(leaving, loop[leaving] - 1, pos[leaving])
+    with part("gather"):
+        exit_loop[leaving, pos[leaving]] = loop[leaving]
+        pos[leaving] += 1
+        loop[leaving] = 0
 
 
 def _start_tokens(model: LoopedLM, tokens: torch.Tensor, start: torch.Tensor,

@@ -83,6 +83,7 @@ BLOCK_BYTES = 34  # pre-norm block, GELU MLP: bytes per token and unit of d at 1
 SANDWICH_BYTES = 8  # two more RMSNorm inputs
 SWIGLU_BYTES = 16  # the gate's output and the gated product, each 4d
 ADAPTER_BYTES = 4  # the concat adapter's input [h, e], 2d, once per loop kept
+STABLE_BYTES = 4  # the stable injection's inputs h and e (d each), once per loop kept
 PROC_CGROUP = Path("/proc/self/cgroup")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NO_LIMIT = 1 << 60  # cgroup v1 writes ~2^63 for "no limit"
@@ -155,7 +156,8 @@ def training(cell: CellConfig, cuda: bool, n_params: int | None = None) -> Train
     act = 2 if compute.uses_bf16(t.precision, cuda) else 4
     batch = t.batch_size // t.processes
     tokens = batch * m.context
-    adapter = kept * ADAPTER_BYTES * m.d_model if m.inject == "concat_adapter" else 0
+    per_loop = {"concat_adapter": ADAPTER_BYTES, "stable": STABLE_BYTES}.get(m.inject, 0)
+    adapter = kept * per_loop * m.d_model
     parts = {
         "weights_optimizer": params * (4 + 4 + 8),
         "activations": tokens * (blocks * block_bytes(m) + adapter) * act // 2,

@@ -230,6 +230,15 @@ class Drawn:
     alt: str
 
 
+def done(fig: Figure, alt: str, legend: Axes | None = None) -> Drawn:
+    """A finished figure with its alt text; legend: the axes whose legend goes outside
+    them on the right (where a legend of many cells hides no line)."""
+    if legend is not None:
+        legend.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    finish(fig)
+    return Drawn(fig, alt)
+
+
 def setup() -> None:
     """The reports' plotting theme (seaborn's whitegrid), set once per notebook."""
     sns.set_theme(style="whitegrid", context="notebook")

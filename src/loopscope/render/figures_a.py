@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from loopscope.render.figures import Drawn, finish
+from loopscope.render.figures import Drawn, done
 
 Palette = Mapping[str, tuple[float, float, float]]
 
@@ -33,12 +33,11 @@ def norms(per_loop: pd.DataFrame, sweep: pd.DataFrame, palette: Palette,
     sns.lineplot(data=sweep, x="loop", y="scale", hue="cell", palette=palette, ax=axes[1])
     axes[1].set(yscale="log", xlabel="loop k (sweep)", ylabel="mean RMS scale s_k",
                 title="scale over the depth sweep")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    finish(fig)
-    return Drawn(fig, f"Two log-scale line plots, a line per cell ({per_loop['cell'].nunique()} "
-                      "cells): the mean hidden-state norm at each trained loop (largest: "
-                      f"{_top(per_loop, 'mean')}) and the RMS scale over the depth sweep to "
-                      f"loop {int(sweep['loop'].max())} (largest: {_top(sweep, 'scale')}).")
+    alt = (f"Two log-scale line plots, a line per cell ({per_loop['cell'].nunique()} "
+           "cells): the mean hidden-state norm at each trained loop (largest: "
+           f"{_top(per_loop, 'mean')}) and the RMS scale over the depth sweep to "
+           f"loop {int(sweep['loop'].max())} (largest: {_top(sweep, 'scale')}).")
+    return done(fig, alt, legend=axes[1])
 
 
 def ccdf(ccdfs: Mapping[str, pd.DataFrame], palette: Palette) -> Drawn:
@@ -51,13 +50,12 @@ def ccdf(ccdfs: Mapping[str, pd.DataFrame], palette: Palette) -> Drawn:
                 ylabel="share of tokens with a larger norm", title="token-norm CCDF, final loop")
     axes[1].set(xscale="log", yscale="log", xlabel="||H_K|| / median",
                 title="the same, / median")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    finish(fig)
     widest = max(ccdfs, key=lambda c: ccdfs[c]["over_median"].max())
-    return Drawn(fig, "Log-log CCDFs of each cell's per-token final-loop norms, raw and "
-                      "divided by the cell's median (a heavy tail stretches the second to the "
-                      f"right; the longest: {widest}, up to "
-                      f"{ccdfs[widest]['over_median'].max():,.3g} x its median).")
+    alt = ("Log-log CCDFs of each cell's per-token final-loop norms, raw and "
+           "divided by the cell's median (a heavy tail stretches the second to the "
+           f"right; the longest: {widest}, up to "
+           f"{ccdfs[widest]['over_median'].max():,.3g} x its median).")
+    return done(fig, alt, legend=axes[1])
 
 
 def radial(per_loop: pd.DataFrame, palette: Palette) -> Drawn:
@@ -81,11 +79,11 @@ def radial(per_loop: pd.DataFrame, palette: Palette) -> Drawn:
                        plt.Line2D([], [], color="black", ls="--", label="per batch (paper A)"),
                        plt.Line2D([], [], color="black", ls=":", label="RMSNorm eps floor")],
               loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
-    finish(fig)
-    return Drawn(fig, "Log-scale radial gradient fraction per loop for each cell, per token "
-                      "(solid), per batch as paper A measures it (dashed) and RMSNorm's eps "
-                      "floor (dotted); largest per-token fraction: "
-                      f"{_top(per_loop, 'radial_fraction_token')}.")
+    alt = ("Log-scale radial gradient fraction per loop for each cell, per token "
+           "(solid), per batch as paper A measures it (dashed) and RMSNorm's eps "
+           "floor (dotted); largest per-token fraction: "
+           f"{_top(per_loop, 'radial_fraction_token')}.")
+    return done(fig, alt)
 
 
 def lemma2(later: pd.DataFrame, palette: Palette) -> Drawn:
@@ -101,12 +99,11 @@ def lemma2(later: pd.DataFrame, palette: Palette) -> Drawn:
                  ax=axes[1])
     axes[1].set(yscale="log", xlabel="loop k (sweep)", ylabel="mean step_k x s_k-1",
                 title="angular step x scale per loop")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    finish(fig)
-    return Drawn(fig, "Two log-log plots over the depth sweep, a line per cell: the mean "
-                      "angular step of each loop against the mean scale it starts from (a "
-                      "1/s law is a line of slope -1), and the step times that scale per "
-                      "loop (flat under the law).")
+    alt = ("Two log-log plots over the depth sweep, a line per cell: the mean "
+           "angular step of each loop against the mean scale it starts from (a "
+           "1/s law is a line of slope -1), and the step times that scale per "
+           "loop (flat under the law).")
+    return done(fig, alt, legend=axes[1])
 
 
 def perplexity(sweep: pd.DataFrame, per_loop: pd.DataFrame, palette: Palette) -> Drawn:
@@ -121,13 +118,12 @@ def perplexity(sweep: pd.DataFrame, per_loop: pd.DataFrame, palette: Palette) ->
                  marker="o", sort=False, ax=axes[1])
     axes[1].set(yscale="log", xlabel="inference tokens/s (k = 1 rightmost)",
                 ylabel="validation perplexity", title="perplexity / throughput frontier")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    finish(fig)
     best = per_loop.loc[per_loop["ppl"].idxmin()]
-    return Drawn(fig, "Validation perplexity against inference depth over the sweep, and "
-                      "against inference tokens per second at each trained depth, a line per "
-                      f"cell; the lowest perplexity read at a trained depth: {best['cell']} "
-                      f"at loop {int(best['loop'])}, {best['ppl']:.4g}.")
+    alt = ("Validation perplexity against inference depth over the sweep, and "
+           "against inference tokens per second at each trained depth, a line per "
+           f"cell; the lowest perplexity read at a trained depth: {best['cell']} "
+           f"at loop {int(best['loop'])}, {best['ppl']:.4g}.")
+    return done(fig, alt, legend=axes[1])
 
 
 def clamp(per_loop: pd.DataFrame, modes: list[str]) -> Drawn:
@@ -139,7 +135,7 @@ def clamp(per_loop: pd.DataFrame, modes: list[str]) -> Drawn:
         ax.set(xlabel="", ylabel="CE with clamp - CE without (nats)", title=mode)
         ax.tick_params(axis="x", rotation=45)
         plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
-    finish(fig)
-    return Drawn(fig, f"Bar charts, one per clamp mode ({', '.join(modes)}): the change in "
-                      "validation CE when the clamp is applied, a bar per cell and loop "
-                      "(above 0: the clamp hurts).")
+    alt = (f"Bar charts, one per clamp mode ({', '.join(modes)}): the change in "
+           "validation CE when the clamp is applied, a bar per cell and loop "
+           "(above 0: the clamp hurts).")
+    return done(fig, alt)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from loopscope.render.figures import Drawn, finish, loop_axis
+from loopscope.render.figures import Drawn, done, loop_axis
 
 Palette = Mapping[str, tuple[float, float, float]]
 
@@ -27,10 +27,10 @@ def elasticity(curves: pd.DataFrame, palette: Palette) -> Drawn:
     ax.set(xlabel="uniform depth r (log)", ylabel="validation CE (nats)",
            title="elasticity: CE vs uniform depth (dotted: R)")
     ax.legend()
-    finish(fig)
-    return Drawn(fig, "Validation cross-entropy against uniform depth on a log axis, a line "
-                      f"per backbone ({', '.join(dict.fromkeys(curves['backbone']))}), each "
-                      "backbone's R dotted.")
+    alt = ("Validation cross-entropy against uniform depth on a log axis, a line "
+           f"per backbone ({', '.join(dict.fromkeys(curves['backbone']))}), each "
+           "backbone's R dotted.")
+    return done(fig, alt)
 
 
 def changes(curves: pd.DataFrame, palette: Palette) -> Drawn:
@@ -44,16 +44,17 @@ def changes(curves: pd.DataFrame, palette: Palette) -> Drawn:
         axes[1].plot(d["loop"], d["state_change"], label=c, **style)
     for ax in axes:
         loop_axis(ax)  # loops 1, 2, 4, ...: default log labels 2x10^0, 3x10^0, ... collide
-    axes[0].set(yscale="log", xlabel="loop i", ylabel="mean KL(p_i || p_(i-1))",
-                title="successive output distributions")
-    axes[1].set(yscale="log", xlabel="loop i", ylabel="mean relative state change",
-                title="state change per loop")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    finish(fig)
-    return Drawn(fig, "Two log-log plots per loop, a line per cell (paper B's backbones "
-                      "bold): the mean KL divergence between successive loops' output "
-                      "distributions, and the mean relative change of the state; a fixed "
-                      "point shows as lines that keep falling.")
+    for ax, (y, title) in zip(axes, (("mean KL(p_i || p_(i-1))", "successive output "
+                                       "distributions"), ("mean relative state change",
+                                                          "state change per loop")),
+                              strict=True):
+        ax.set(yscale="log", xlabel="loop i", ylabel=y, title=title)
+    backbones = curves.loc[curves["backbone"], "cell"].unique()
+    alt = (f"Two log-log plots per loop, a line per cell (the backbones {', '.join(backbones)} "
+           "bold): the mean KL divergence between successive loops' output distributions, "
+           "and the mean relative change of the state; a fixed point shows as lines that "
+           "keep falling.")
+    return done(fig, alt, legend=axes[1])
 
 
 def token_loops(cell: str, tokens: pd.DataFrame, m: dict[str, Any], order: list[str],
@@ -73,10 +74,10 @@ def token_loops(cell: str, tokens: pd.DataFrame, m: dict[str, Any], order: list[
     sns.boxplot(data=tokens, x="type", y="convergence_loop", order=order, ax=axes[1],
                 showfliers=False, color=colour)
     axes[1].set(xlabel="", ylabel="convergence loop", title=f"{cell}: by token type")
-    finish(fig)
-    return Drawn(fig, f"{cell}: histograms over {len(tokens):,} tokens of the loop each "
-                      "converges at and the loop A1 first exits at (R dotted), and box plots "
-                      f"of the convergence loop by token type ({', '.join(order)}).")
+    alt = (f"{cell}: histograms over {len(tokens):,} tokens of the loop each "
+           "converges at and the loop A1 first exits at (R dotted), and box plots "
+           f"of the convergence loop by token type ({', '.join(order)}).")
+    return done(fig, alt)
 
 
 def frontier(cell: str, settings: pd.DataFrame, target: float, rules: list[str]) -> Drawn:
@@ -102,10 +103,10 @@ def frontier(cell: str, settings: pd.DataFrame, target: float, rules: list[str])
              plt.Line2D([], [], ls="--", color="grey", lw=1, label="CE(R) + matching margin")]
     handles, _ = axes[1].get_legend_handles_labels()
     axes[1].legend(handles=handles + extra, loc="upper left", bbox_to_anchor=(1.02, 1))
-    finish(fig)
-    return Drawn(fig, f"{cell}: validation CE of every exit rule's settings ({', '.join(rules)}) "
-                      "against mean loops per token and against forward FLOPs per token, "
-                      f"uniform depth in black, the quality to match (CE {target:.4g}) dashed.")
+    alt = (f"{cell}: validation CE of every exit rule's settings ({', '.join(rules)}) "
+           "against mean loops per token and against forward FLOPs per token, "
+           f"uniform depth in black, the quality to match (CE {target:.4g}) dashed.")
+    return done(fig, alt)
 
 
 def saturation(curves: pd.DataFrame, palette: Palette) -> Drawn:
@@ -125,11 +126,11 @@ def saturation(curves: pd.DataFrame, palette: Palette) -> Drawn:
            title="saturation (dashed: each backbone's margin; band: the useful depth's "
                  "interval)")
     ax.legend()
-    finish(fig)
-    return Drawn(fig, "CE at each uniform depth above the backbone's best, log scale, a line "
-                      "per backbone; the useful depth (dotted, its interval shaded) is the "
-                      "smallest depth whose gap falls under the dashed margin: "
-                      + "; ".join(dict.fromkeys(curves["label"])) + ".")
+    alt = ("CE at each uniform depth above the backbone's best, log scale, a line "
+           "per backbone; the useful depth (dotted, its interval shaded) is the "
+           "smallest depth whose gap falls under the dashed margin: "
+           + "; ".join(dict.fromkeys(curves["label"])) + ".")
+    return done(fig, alt)
 
 
 def exit_shares(shares: pd.DataFrame, palette: Palette) -> Drawn:
@@ -139,10 +140,9 @@ def exit_shares(shares: pd.DataFrame, palette: Palette) -> Drawn:
         ax.plot(d["loop"], d["share"], marker="o", ms=3, color=palette[c], label=c)
     ax.set(xlabel="exit loop", ylabel="share of tokens", yscale="log",
            title="where A1 exits, per cell")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    finish(fig)
-    return Drawn(fig, "The share of tokens the KL exit (A1) stops at each loop, log scale, a "
-                      f"line per cell ({shares['cell'].nunique()} cells).")
+    alt = ("The share of tokens the KL exit (A1) stops at each loop, log scale, a "
+           f"line per cell ({shares['cell'].nunique()} cells).")
+    return done(fig, alt, legend=ax)
 
 
 def speedup(bars: pd.DataFrame, base: int) -> Drawn:
@@ -155,9 +155,40 @@ def speedup(bars: pd.DataFrame, base: int) -> Drawn:
     ax.set(ylabel="", xlabel="realized speedup (x)",
            title=f"realized speedup against the baseline (depth {base}) and depth R")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), title="against")
-    finish(fig)
     best = bars.loc[bars["x"].idxmax()]
-    return Drawn(fig, f"Horizontal bars: the realized wall-clock speedup of {settings} policy "
-                      f"and mode settings against uniform depth {base} and against depth R "
-                      f"(1 = no speedup); the largest, {best['x']:.2f}x, is {best['setting']} "
-                      f"against {best['against'].removeprefix('realized vs ')}.")
+    alt = (f"Horizontal bars: the realized wall-clock speedup of {settings} policy "
+           f"and mode settings against uniform depth {base} and against depth R "
+           f"(1 = no speedup); the largest, {best['x']:.2f}x, is {best['setting']} "
+           f"against {best['against'].removeprefix('realized vs ')}.")
+    return done(fig, alt)
+
+
+def ledger(bars: pd.DataFrame) -> Drawn:
+    """Where the runtime's time goes: per mode, uniform depth B and the policy as
+    stacked bars of their parts, in shares of B's time."""
+    modes = list(dict.fromkeys(bars["mode"]))
+    parts = list(dict.fromkeys(bars["part"]))
+    colours = dict(zip(parts, sns.color_palette("tab10", len(parts)), strict=False))
+    fig, axes = plt.subplots(len(modes), 1, figsize=(10, 1.3 + 1.2 * len(modes)),
+                             squeeze=False, sharex=True)
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        sub = bars[bars["mode"] == mode]
+        runs = list(dict.fromkeys(sub["run"]))
+        for y, run in enumerate(runs):
+            left = 0.0
+            for part in parts:
+                width = float(sub[(sub["run"] == run) & (sub["part"] == part)]["share"].sum())
+                ax.barh(y, width, left=left, color=colours[part],
+                        label=part if (mode, y) == (modes[0], 0) else None)
+                left += width
+        ax.set_yticks(range(len(runs)), runs)
+        ax.axvline(1, color="black", lw=0.8)
+        ax.set_title(mode, fontsize=10)
+    axes[-1, 0].set_xlabel("time, in shares of uniform depth B's")
+    fig.legend(loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8)
+    policy = [r for r in dict.fromkeys(bars["run"]) if not r.startswith("uniform")]
+    alt = (f"Stacked bars, one panel per mode ({', '.join(modes)}): the time of uniform depth "
+           f"B and of {', '.join(policy)} through the same runtime, split into loops, "
+           "once-per-token work, checks, key/value handling, gathering and the rest, in "
+           "shares of B's time (1: B's).")
+    return done(fig, alt)

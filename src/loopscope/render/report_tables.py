@@ -168,9 +168,8 @@ def forest_rows(paper: str) -> pd.DataFrame:
             found = band_distance(est) if est else None
             if found is None or not all(map(math.isfinite, found)):
                 continue
-            short = r["claim"].split(":")[0].split(" [")[0]
             group = f" [{r['group']}]" if r.get("group") else ""
-            out.append({"row": f"{short[:48]}{group}", "part": part, "lo": found[0],
+            out.append({"row": r["key"].replace("_", " ") + group, "part": part, "lo": found[0],
                         "x": found[1], "hi": found[2], "verdict": r["headline"],
                         "robust": (r.get("robustness") or {}).get("mark", "robust") == "robust",
                         "kind": r["kind"], "statistic": est["statistic"]})
@@ -195,7 +194,7 @@ def specification_rows(paper: str) -> pd.DataFrame:
                 continue
             tried = [judged[name], *values] if name in judged else list(values)
             for v in tried:
-                out.append({"row": f"{r['claim'][:40]} [{r.get('group', '')}]",
+                out.append({"row": f"{r['key'].replace('_', ' ')} [{r.get('group', '')}]",
                             "parameter": name, "value": str(v),
                             "judged": name in judged and v == judged[name],
                             "verdict": turns.get((name, str(v)), r["headline"])})

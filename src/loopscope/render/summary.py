@@ -32,6 +32,7 @@ from loopscope.base.timings import read_all, summarize
 from loopscope.judge.backbone import STATES
 from loopscope.render.figures import forest
 from loopscope.render.report_tables import forest_rows
+from loopscope.render.tables_b import ledger_lines, ledger_table
 
 README, RESULTS_PAGE, NORM_FIGURE = paths.README, paths.RESULTS_PAGE, paths.NORM_FIGURE
 FOREST = {"paper_a": paths.RESULTS_FIGURES / "forest_a.png",
@@ -108,9 +109,17 @@ def scale_line(claims: dict[str, Any]) -> str:
             f"{scale['papers']['paper_b']['parameters']} parameters.")
 
 
+FOREST_ALT = ("Forest plot of paper {}'s claims: each row's decisive 95% interval as its "
+              "distance from the band where the claim holds, coloured by verdict, hollow "
+              "where fragile")
+
+
 def verdicts_block(claims: dict[str, Any]) -> str:
+    """README's verdicts at a glance: the scale, both forest plots, each paper's rows."""
     a, b = verdict_rows(claims)
-    return (f"{scale_line(claims)}\n\n"
+    forest = "\n".join(f"![{FOREST_ALT.format(p[-1].upper())}]({path.as_posix()})"
+                       for p, path in FOREST.items())
+    return (f"{scale_line(claims)}\n\n{forest}\n\n"
             f"**Paper A** (the readout blind spot), in each recipe group:\n\n"
             f"{markdown_table(a)}\n\n"
             f"**Paper B** (per-token fixed-point convergence). {backbone_recipes(claims)}"
@@ -138,8 +147,9 @@ def _block_pattern(name: str) -> re.Pattern[str]:
 def replace_block(text: str, name: str, body: str) -> str:
     """text with the generated block `name` replaced by body (markers kept)."""
     if not _block_pattern(name).search(text):
-        raise DataError(f"{README}: no `<!-- begin {name} -->` ... `<!-- end {name} -->` "
-                        "block to fill; restore the markers.")
+        raise DataError(f"no `<!-- begin {name} -->` ... `<!-- end {name} -->` block to "
+                        f"fill (README.md, or {paths.BENCHMARKS_PAGE} for the ledger); "
+                        "restore the markers.")
     return _block_pattern(name).sub(lambda m: m.group(1) + body + "\n" + m.group(3), text)
 
 
@@ -215,8 +225,6 @@ def claims_sections(claims: dict[str, Any]) -> str:
                        + ", ".join(f"{n} {v}" for v, n in c.items() if n)
                        for p, c in claims["counts"].items())
     rules = "\n".join(f"- **{k}**: {v}" for k, v in claims["rules"].items())
-    forest_alt = ("Forest plot of paper {}'s claims: each row's decisive interval as its "
-                  "distance from the band where the claim holds, coloured by verdict")
     return f"""What the committed run measured. Verdicts (headline: direction and magnitude
 together): {counts}. How each claim is judged (the criterion, the intervals, the regime marks):
 [methods](methods.md). The reports draw the same numbers:
@@ -228,7 +236,7 @@ together): {counts}. How each claim is judged (the criterion, the intervals, the
 
 ## Paper A: the readout blind spot
 
-![{forest_alt.format("A")}](results/{FOREST["paper_a"].name})
+![{FOREST_ALT.format("A")}](results/{FOREST["paper_a"].name})
 
 ![Hidden-state norm per loop, a line per paper A cell, our recipe and the reference recipe \
 side by side](results/{NORM_FIGURE.name})
@@ -241,7 +249,7 @@ side by side](results/{NORM_FIGURE.name})
 
 {backbone_recipes(claims)}
 
-![{forest_alt.format("B")}](results/{FOREST["paper_b"].name})
+![{FOREST_ALT.format("B")}](results/{FOREST["paper_b"].name})
 
 {markdown_table(claim_rows(claims["paper_b"], "b"))}
 
@@ -365,6 +373,20 @@ def readme_blocks(x: dict[str, Any]) -> dict[str, str]:
             "cost": cost_block(x["timings"], x["machine"])}
 
 
+def ledger_block(bench: dict[str, Any]) -> str:
+    """docs/benchmarks.md's generated block: where the exit runtime's time goes, per
+    mode (tables_b.ledger_table and ledger_lines), on the machine that ran it."""
+    table = ledger_table(bench)
+    if table is None:
+        return "This run timed no policy at matched quality: no ledger."
+    rows = [{k: f"{v:.4f}" if isinstance(v, float) else v for k, v in r.items()}
+            for r in table.to_dict("records")]
+    return (f"On {machine_of(bench)}, `{bench['ledger']['policy']}` at its matched threshold "
+            f"against uniform depth {bench['ledger']['uniform_depth']} (metrics/bench/"
+            f"exits.json's `ledger`):\n\n{markdown_table(rows)}\n\n"
+            + "\n\n".join(ledger_lines(bench)))
+
+
 def timings_block(found: dict[str, dict[str, Any]]) -> str:
     """What every stage took, each as it last ran (metrics/stage_timings, summed by
     loopscope.base.timings): the pipeline's own time, without the venv's install."""
@@ -406,6 +428,9 @@ def write(cells: list[str]) -> None:
         text = replace_block(text, name, body)
     with atomic_output(README) as tmp:
         tmp.write_text(text)
+    bench = replace_block(paths.BENCHMARKS_PAGE.read_text(), "ledger", ledger_block(x["bench"]))
+    with atomic_output(paths.BENCHMARKS_PAGE) as tmp:
+        tmp.write_text(bench)
 
 
 if __name__ == "__main__":

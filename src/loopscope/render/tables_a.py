@@ -12,7 +12,7 @@ from pandas.io.formats.style import Styler
 
 from loopscope.base import paths
 from loopscope.base.outputs import loop_order, read_metrics, read_table
-from loopscope.judge.cells import cell_group, recipe
+from loopscope.judge.cells import cell_group, control, recipe
 from loopscope.judge.paper_a import PAPER_CONTROL_NORMS, PAPER_DRIFT_NORMS
 from loopscope.measure.sweep import sweep_means
 from loopscope.weights.config import load_cell
@@ -20,7 +20,7 @@ from loopscope.weights.config import load_cell
 
 def cell_table(cells: list[str]) -> pd.DataFrame:
     """A row per cell: what it varies (loss placement, readout, norm penalty, inter-loop
-    norm), its group and recipe, training depth K and steps, and what it was measured
+    norm), its group, control and recipe, training depth K and steps, and what it was measured
     on (seeds, resampling units, validation tokens), its size and training time."""
     rows = []
     for cell in cells:
@@ -29,7 +29,9 @@ def cell_table(cells: list[str]) -> pd.DataFrame:
         diag = read_metrics("diagnose", cell)
         rows.append({"cell": cell, "loss placement": t.loss, "readout": m.readout,
                      "norm penalty": t.norm_penalty, "inter-loop norm": m.inter_loop_norm,
-                     "group": cell_group(cfg), "loops": m.loops, "steps": t.steps,
+                     "inject": m.inject,
+                     "group": cell_group(cfg), "control": control(cfg) or "-",
+                     "loops": m.loops, "steps": t.steps,
                      "recipe": recipe(cfg), "seeds": diag["seeds"],
                      "units": f"{diag['units']} ({diag['unit']})", "tokens": diag["val_tokens"],
                      "params": read_metrics("train", cell)["params"],
@@ -120,11 +122,12 @@ def final_loop_norms(per_loop: pd.DataFrame, loops: Mapping[str, int]) -> pd.Dat
 
 
 def paper_norms(info: pd.DataFrame) -> pd.Series:
-    """Paper A's final-loop norms beside each cell of cell_table (its group and loss
-    placement): the drifting per-loop normed cell's and the controls' ("-" for a cell
-    the paper gives no norm for)."""
+    """Paper A's final-loop norms beside each cell of cell_table (its group, control and
+    loss placement): the drifting per-loop normed cell's and the controls' ("-" for a
+    cell the paper gives no norm for, stable injection among them: it is not the
+    paper's)."""
     def paper(row: pd.Series) -> str:
-        if row["loss placement"] != "per_loop":
+        if row["loss placement"] != "per_loop" or "stable" in row.get("control", ""):
             return "-"
         return {"normed baseline": PAPER_DRIFT_NORMS, "scale-controlled": PAPER_CONTROL_NORMS,
                 "final-norm only": PAPER_CONTROL_NORMS}.get(

@@ -402,3 +402,104 @@ def profile_line(bench: dict[str, Any]) -> str:
     return f"Where a runtime scoring call spends its time ({bench['profile']['policy']}):"
 
 
+
+
+LEDGER_ORDER = ("loop", "once", "check", "kv", "gather", "rest")
+
+
+def _ledger_label(bench: dict[str, Any], part: str) -> str:
+    return "rest: Python, operator launch" if part == "rest" else bench["ledger"]["labels"][part]
+
+
+def ledger_table(bench: dict[str, Any]) -> pd.DataFrame | None:
+    """Where the time goes (the benchmark's `ledger`), a row per mode and part: seconds
+    of uniform depth B and of the policy through the same runtime (one profiled call
+    each), their difference, then the sum of the parts against the same calls' median
+    unprofiled time. None: the benchmark has no ledger (no policy was timed)."""
+    led = bench.get("ledger")
+    if not led:
+        return None
+    u, p = f"uniform {led['uniform_depth']}", led["policy"]
+    rows = []
+    for mode, m in led["modes"].items():
+        pu, pp = m["parts"][u], m["parts"][p]
+        for part in LEDGER_ORDER:
+            rows.append({"mode": mode, "part": _ledger_label(bench, part),
+                         f"{u} (s)": pu[part], f"{p} (s)": pp[part],
+                         "policy - uniform (s)": pp[part] - pu[part]})
+        rows.append({"mode": mode, "part": "sum of the parts (profiled wall)",
+                     f"{u} (s)": pu["wall"], f"{p} (s)": pp["wall"],
+                     "policy - uniform (s)": pp["wall"] - pu["wall"]})
+        rows.append({"mode": mode, "part": "measured, unprofiled (median)",
+                     f"{u} (s)": m["measured"][u], f"{p} (s)": m["measured"][p],
+                     "policy - uniform (s)": m["measured"][p] - m["measured"][u]})
+    return pd.DataFrame(rows)
+
+
+def ledger_bars(bench: dict[str, Any]) -> pd.DataFrame:
+    """The ledger as stacked bars: per mode and run (uniform depth B, the policy), each
+    part's seconds as a share of uniform depth B's profiled wall time."""
+    led = bench["ledger"]
+    u, p = f"uniform {led['uniform_depth']}", led["policy"]
+    rows = []
+    for mode, m in led["modes"].items():
+        wall = m["parts"][u]["wall"]
+        for run in (u, p):
+            rows += [{"mode": mode, "run": run, "part": _ledger_label(bench, part),
+                      "share": m["parts"][run][part] / wall} for part in LEDGER_ORDER]
+    return pd.DataFrame(rows)
+
+
+def ledger_lines(bench: dict[str, Any]) -> list[str]:
+    """Per mode, one paragraph: the policy's time against uniform depth B's, whether the
+    parts add up to the measured time (within 10%), the realized against the FLOP
+    ratio, what would have to shrink for the runtime to reach the FLOP ratio, and
+    whether RUNTIME_GOAL is within reach at all (the loops and the once-per-token work
+    alone against B's time over the goal)."""
+    led = bench.get("ledger")
+    if not led:
+        return []
+    u, p = f"uniform {led['uniform_depth']}", led["policy"]
+    out = []
+    for mode, m in led["modes"].items():
+        pu, pp = m["parts"][u], m["parts"][p]
+        added = sum(pp[k] - pu[k] for k in ("kv", "gather", "check", "rest"))
+        flop = bench[mode]["flop_speedup"][p]
+        target, goal = pu["wall"] / flop, pu["wall"] / RUNTIME_GOAL
+        floor = pp["loop"] + pp["once"]
+        sums = pp["wall"] / m["measured"][p]
+        out.append(
+            f"**{mode}**: `{p}` {pp['wall']:.3f} s against {pu['wall']:.3f} s for {u} "
+            f"(profiled; the parts add up to {sums:.0%} of its unprofiled time, "
+            f"{m['measured'][p]:.3f} s, {'within' if abs(sums - 1) <= 0.1 else 'outside'} "
+            f"10%); realized {pu['wall'] / pp['wall']:.2f}x against a FLOP ratio of "
+            f"{flop:.2f}x. To reach the FLOP ratio its time would have to fall by "
+            f"{pp['wall'] - target:.3f} s, to {target:.3f} s; it spends {added:+.3f} s on "
+            f"key/value handling, gathering, checks and the rest against {u}, and "
+            f"{pp['loop'] - pu['loop']:+.3f} s on the loops. {RUNTIME_GOAL:g}x needs "
+            f"{goal:.3f} s: " + (f"within reach only if those overheads shrink (the loops "
+                                 f"and once-per-token work alone take {floor:.3f} s)."
+                                 if floor <= goal else
+                                 f"out of reach even with every overhead gone (the loops "
+                                 f"and once-per-token work alone take {floor:.3f} s)."))
+    return out
+
+
+def acceleration_line(p: dict[str, Any]) -> str:
+    """Whether the latent-acceleration rule (second order, no head) reaches depth R's
+    quality in fewer FLOPs than A1, the checks' cost counted (A1 reads the coda and head
+    at every check, a state check costs next to nothing)."""
+    acc, kl = p.get("latent-acceleration"), p.get("kl")
+    if acc is None or kl is None:
+        return "latent-acceleration or A1 was not swept on this backbone."
+    if not acc.get("matched") or not kl.get("matched"):
+        missing = "latent-acceleration" if not acc.get("matched") else "A1"
+        return f"{missing} matched depth R's quality at no setting: nothing to compare."
+    def iv(q: dict[str, Any]) -> str:
+        return str(Interval.of(q["flops_ratio_iv"])) if "flops_ratio_iv" in q else \
+            f"{q['flops_ratio']:.3f}"
+    fewer = acc["flops_ratio"] < kl["flops_ratio"]
+    return (f"`latent-acceleration` at matched quality: {acc['mean_loops']:.2f} mean loops, "
+            f"FLOPs {iv(acc)} of depth R, checks counted; A1: {kl['mean_loops']:.2f} mean "
+            f"loops, {iv(kl)}. It reaches depth R's quality in "
+            f"{'fewer' if fewer else 'no fewer'} FLOPs than A1.")

@@ -4,7 +4,8 @@ Paper B's backbones use their depth (useful depth = the training mean); at our s
 default backbone uses far fewer of its R loops. Each entry of EXPERIMENTS changes one
 lever of the `backbone` cell
 (per-loop core size, width, training tokens, learning rate, the truncated-backprop
-window, the depth sampler's sigma, the FFN, a prelude and coda) and is one named `dvc
+window, the depth sampler's sigma, the FFN, a prelude and coda, Parcae's stable
+injection) and is one named `dvc
 exp` experiment that retrains that cell alone and measures it (train@backbone ->
 convergence@backbone: nothing else reruns). The `training tokens` axis is the trend:
 8x around the default, does useful depth approach the training mean as training grows?
@@ -13,6 +14,7 @@ RUNTIME times the exit runtime (bench_exits) on one deeper backbone.
     python -m loopscope.tools.levers queue [NAME]  # queue every experiment (dvc exp run --queue)
     dvc exp run --run-all                    # run them one after another
     python -m loopscope.tools.levers collect [REV] # docs/depth/: results.json, the table, figure
+    python -m loopscope.tools.levers add NAME [REV] # one finished experiment into results.json
     python -m loopscope.tools.levers render        # the figure and page again from results.json
     python -m loopscope.tools.levers command NAME  # the command that reruns one point here
     python -m loopscope.tools.levers check NAME    # after it: does it agree with results.json?
@@ -120,6 +122,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     # further along the lever that moved depth use most: the sampler's sigma
     lever("lever-sigma01", "depth sampler sigma 0.1", "train.depth_sigma=0.1",
           axis="train.depth_sigma", x=0.1),
+    # after the papers: Parcae's stable injection in place of the concat adapter
+    lever("lever-stable", "stable injection (Parcae)", "model.inject=stable"),
 )
 # The exit runtime (bench_exits, after policies@backbone) on the backbone that uses its
 # depth most at the default's cost (lever-sigma025: deeper useful depth, ~10% tail, the
@@ -477,14 +481,39 @@ def _useful(row: dict[str, Any]) -> str:
             if found is not None else f"{row['useful_depth']['value']:g}")
 
 
-def collect(rev: str | None = None) -> dict[str, Any]:
-    """Read every experiment queued on a commit (rev; None: HEAD) through `dvc exp show
-    --json`; write results.json, the figure and docs/depth.md."""
+def _exp_show(rev: str | None) -> list[dict[str, Any]]:
     out = subprocess.run(dvc(["exp", "show", "--json", *(["--rev", rev] if rev else [])]),
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise DataError(f"`dvc exp show --json` failed: {out.stderr.strip()}")
-    results = from_exp_show(json.loads(out.stdout))
+    return json.loads(out.stdout)
+
+
+def add(name: str, rev: str | None = None) -> dict[str, Any]:
+    """One experiment's newest finished run on a commit (rev; None: HEAD) into the
+    committed results.json, beside the points measured before (each row records the
+    commit it ran on): a new lever needs no rerun of the whole search."""
+    e = experiment(name)
+    show = _exp_show(rev)
+    base = next((b for b in show if b.get("rev") != "workspace"), None)
+    runs, states = _finished(base or {}, name)
+    found = [x for r in runs if (x := _row(e, r["data"], r["rev"])) is not None]
+    if not found:
+        raise DataError(f"no finished `{name}` experiment on this commit (states: "
+                        f"{', '.join(sorted(states)) or 'none queued'}); run "
+                        f"`{' '.join(e.command(queue=False))}` first.")
+    results = json.loads(RESULTS.read_text())
+    results["rows"] = [r for r in results["rows"] if r["name"] != name] + found[:1]
+    results["missing"] = [m for m in results.get("missing", []) if m != name]
+    write_json(RESULTS, results)
+    render(json.loads(RESULTS.read_text()))
+    return results
+
+
+def collect(rev: str | None = None) -> dict[str, Any]:
+    """Read every experiment queued on a commit (rev; None: HEAD) through `dvc exp show
+    --json`; write results.json, the figure and docs/depth.md."""
+    results = from_exp_show(_exp_show(rev))
     results["machine"] = f"{cpu_model()}, {os.cpu_count()} CPU cores"
     write_json(RESULTS, results)
     results = json.loads(RESULTS.read_text())  # the page is what the committed file renders
@@ -537,6 +566,10 @@ def main(argv: list[str]) -> None:
         for e in chosen:
             subprocess.run(dvc(e.command()[1:]), check=True)
         print(f"queued {len(chosen)} experiments; run them: dvc exp run --run-all")
+    elif what == "add" and len(argv) in (2, 3):
+        results = add(argv[1], argv[2] if len(argv) == 3 else None)
+        print(markdown_table(table_rows(results)))
+        print(f"wrote {RESULTS}, {FIGURE}, {PAGE}")
     elif what == "render" and len(argv) == 1:
         render(json.loads(RESULTS.read_text()))
         print(f"wrote {FIGURE}, {PAGE} from {RESULTS}")
@@ -556,7 +589,8 @@ def main(argv: list[str]) -> None:
               f"loop, elasticity within {AGREE_NATS} nats)")
     else:
         raise LoopscopeError("usage: python -m loopscope.tools.levers queue [NAME ...] | "
-                             "collect [REV] | render | command NAME | check NAME")
+                             "collect [REV] | add NAME [REV] | render | command NAME | "
+                             "check NAME")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from loopscope.base.errors import ParamsError
 # The options of a model, declared once; params validation derives the allowed values.
 Readout = Literal["normed", "raw", "final_norm"]
 BlockKind = Literal["prenorm", "sandwich"]
-Inject = Literal["none", "add", "concat_adapter"]
+Inject = Literal["none", "add", "concat_adapter", "stable"]
 StateInit = Literal["embed", "noise"]
 FFN = Literal["gelu", "swiglu"]
 Init = Literal["gpt2", "huginn", "paper_a"]
@@ -47,7 +47,7 @@ class ModelConfig:
     readout: Readout = "normed"  # raw before the last loop for final_norm
     block: BlockKind = "prenorm"
     inter_loop_norm: bool = False  # RMSNorm what loop k feeds loop k+1 (see LoopedLM.carry)
-    inject: Inject = "none"  # prelude output re-injected at every loop
+    inject: Inject = "none"  # prelude output re-injected at every loop (stable: Parcae's)
     state_init: StateInit = "embed"  # embed (H_0 = prelude output) | noise
     ffn: FFN = "gelu"  # gelu: two 4d matrices | swiglu: gated, three 4d matrices
     init: Init = "gpt2"  # gpt2 | huginn | paper_a: weights, embedding scale (init_weights)

@@ -10,7 +10,8 @@ every loop and a noise initial state. Each loop's state H_k is both read out (so
 be supervised) and fed back (so it drives the next loop): the readout option decides
 whether the loss can see the state's scale. An inter-loop norm (paper A's control) sits
 on the recurrent path only: the next loop starts from RMSNorm(H_k) while H_k, as the core
-produced it, is what is read out (LoopedLM.carry).
+produced it, is what is read out (LoopedLM.carry). Stable injection (Parcae's, a fourth
+scale control: StableInjection) contracts the carried state every loop instead.
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ def param_count(cfg: ModelConfig) -> int:
     return (cfg.vocab_size * d + cfg.context * d
             + (cfg.n_prelude + cfg.n_core + cfg.n_coda) * block
             + (2 * d * d if cfg.inject == "concat_adapter" else 0)
+            + (3 * d if cfg.inject == "stable" else 0)
             + (d if cfg.inter_loop_norm else 0) + d)
 
 
@@ -224,6 +226,39 @@ class LoopOutput:
     states: list[torch.Tensor]
     logits: list[torch.Tensor | None]
     initial: torch.Tensor
+
+
+class StableInjection(nn.Module):
+    """Parcae's stable injection (Prairie, Novack, Berg-Kirkpatrick, Fu 2026): a loop
+    starts from A_bar h + B_bar e, per channel, with A_bar = exp(-Delta A), A = exp(a),
+    Delta = softplus(delta) and B_bar = Delta b. Every entry of A_bar lies in (0, 1)
+    whatever the parameters (Delta A is kept in [MIN_RATE, MAX_RATE], so float32 rounds
+    it to neither 0 nor 1): the carried state is contracted every loop, and what the
+    core adds on top is all that can grow it. Initialised as Parcae does: A = 1, Delta
+    such that A_bar = DECAY, b = 1 (their B is the identity)."""
+
+    DECAY = math.sqrt(1.0 / 5.0)  # Parcae's initial A_bar, about 0.447
+    MIN_RATE, MAX_RATE = 1e-6, 30.0
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        rate = -math.log(self.DECAY)  # Delta at A = 1; delta is its inverse softplus
+        self.a = nn.Parameter(torch.zeros(d))
+        self.delta = nn.Parameter(torch.full((d,), rate + math.log(-math.expm1(-rate))))
+        self.b = nn.Parameter(torch.ones(d))
+
+    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A_bar, B_bar), each per channel. The rate Delta A is formed in log space,
+        log Delta + a, so that no parameter value overflows it to inf or nan (softplus
+        is exp(x) below -20, where its log is x)."""
+        d = self.delta
+        log_step = torch.where(d < -20, d, torch.log(F.softplus(d.clamp(min=-20))))
+        log_rate = (log_step + self.a).clamp(math.log(self.MIN_RATE), math.log(self.MAX_RATE))
+        return torch.exp(-torch.exp(log_rate)), torch.exp(log_step) * self.b
+
+    def forward(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        a_bar, b_bar = self.coefficients()
+        return a_bar * h + b_bar * e
 
 
 class LoopedLM(nn.Module):
@@ -238,6 +273,7 @@ class LoopedLM(nn.Module):
         self.coda = nn.ModuleList(Block(cfg) for _ in range(cfg.n_coda))
         self.adapter = (nn.Linear(2 * cfg.d_model, cfg.d_model, bias=False)
                         if cfg.inject == "concat_adapter" else None)
+        self.stable = StableInjection(cfg.d_model) if cfg.inject == "stable" else None
         self.loop_norm = RMSNorm(cfg.d_model) if cfg.inter_loop_norm else None
         self.norm_out = RMSNorm(cfg.d_model)  # used by the normed readouts only
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -369,6 +405,8 @@ class LoopedLM(nn.Module):
             h = h + e
         elif self.cfg.inject == "concat_adapter":
             h = self.adapter(torch.cat([h, e], dim=-1))
+        elif self.cfg.inject == "stable":
+            h = self.stable(h, e)
         for i, block in enumerate(self.core):
             h = block(h, kvs[i] if kvs is not None else None)
         return h
