@@ -3,11 +3,13 @@ check, before anything trains, that training fits this machine.
 
 Each train@<cell> stage depends on its own file, so a param change reruns exactly the
 cells whose resolved config changed. train.precision auto is written as what it
-resolves to on this machine (loopscope.weights.compute.precision_of), and the stage runs
-on every `dvc repro` (always_changed: it takes a second), so on a machine that resolves
-auto differently the file changes and the cell retrains instead of reusing results made
-at another precision; where nothing changed the files are byte-identical and nothing
-reruns.
+resolves to on this machine (loopscope.weights.compute.precision_of). `make repro` runs
+this stage first on every call (`dvc repro --force configure`), so on a machine that
+resolves auto differently the file changes and the cell retrains instead of reusing
+results made at another precision; where nothing changed the files are byte-identical
+and nothing reruns. A plain `dvc repro` runs it only when its code or params change
+(it is no `always_changed` stage: a no-op `dvc repro` then takes a few seconds), so
+after moving a run to another kind of machine, force it once: `dvc repro -f configure`.
 
 The checks before training's compute is spent run here, not in the train stage, so that
 they are no dependency of training (an edit to a memory estimate retrains nothing): every

@@ -9,7 +9,7 @@ Every path comes from dvc.yaml's cmd (tests/test_layout.py checks them against
 loopscope.base.paths), so this script and the code it runs hold no layout: training
 depends on what sets the weights alone (loopscope.weights), and editing where a report
 goes, an error message elsewhere or a memory estimate retrains nothing. The checks
-before compute is spent (memory, disk) run in the configure stage, on every `dvc repro`.
+before compute is spent (memory, disk) run in the configure stage, before any training.
 
 Logs go to DVCLive (--live, each run's metrics under the model file's name, seed<N>);
 --metrics summarizes the runs, and --timings holds their wall times, apart, so the same

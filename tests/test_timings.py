@@ -57,7 +57,7 @@ def test_every_stage_declares_its_timings_file():
     loses it nor counts it among the reproducible outputs."""
     from test_layout import instances
     for name, spec in instances():
-        if name == "configure":  # always_changed: a file would change on every repro
+        if name == "configure":  # forced by every make repro: a file would change each time
             continue
         declared = [next(iter(m)) for m in spec.get("metrics", []) if isinstance(m, dict)]
         assert str(timings.timings_file(name)) in declared, name

@@ -2,8 +2,9 @@
 sections to each other (the cells named by policies.cells and bench.cell exist; a count
 rule's grid reaches R).
 
-The configure stage reads it on every `dvc repro`, so a typo anywhere in the file fails
-in a second, before any tokenizer is trained or any step is taken; the tools (`plan`,
+The configure stage reads it whenever it changes (and on every `make repro`), so a typo
+anywhere in the file fails in a second, before any tokenizer is trained or any step is
+taken; the tools (`plan`,
 `levers`, `bench`) read it too. A stage reads only the keys it declares, through its
 package's params module (loopscope.weights.params), so it imports no other section.
 """

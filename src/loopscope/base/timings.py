@@ -2,7 +2,7 @@
 
 The stage runner (loopscope.stage) ends every stage by writing
 metrics/stage_timings/<stage>.json (the stage as dvc.yaml names it: train@backbone,
-report_index; all but configure, which runs on every `dvc repro` in a second and would
+report_index; all but configure, which every `make repro` runs in a second and would
 leave a changed file each time), so the cost of a run is read off its files instead of
 estimated: `python -m loopscope.base.timings` prints the table and the ratio of
 measuring to training. The files are DVC metrics with cache: false, apart from every

@@ -6,7 +6,7 @@ the sections the keys name (each validated whole: a typo or an impossible value 
 in about a second, with the key path, the bad value and what is allowed), and returns a
 view in which every other key raises UndeclaredParam when read. dvc.yaml lists the same
 keys as the stage's params (tests/test_layout.py), so a param change reruns exactly the
-stages that read it. configure validates the whole file on every `dvc repro`
+stages that read it. configure validates the whole file whenever it changes
 (loopscope.params).
 
 Each package declares its own sections beside the code that reads them (this module,
