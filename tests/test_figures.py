@@ -4,6 +4,7 @@ fails a figure whose tick labels overlap; and every notebook figure goes through
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
@@ -13,7 +14,9 @@ from loopscope.render.figures import (
     check_tick_labels,
     finish,
     loop_axis,
+    ordered,
     overlapping_tick_labels,
+    specification,
 )
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
@@ -123,3 +126,23 @@ def test_every_report_figure_is_finished(name):
         if cell["cell_type"] == "code" and "plt.subplots(" in source:
             assert "finish(fig)" in source, source[:200]
             assert "plt.tight_layout()" not in source, source[:200]
+
+
+def test_a_specification_axis_orders_numbers_and_keeps_values_with_units_as_tried():
+    assert ordered(["0.02", "0.005", "0.01", "0.005"]) == ["0.005", "0.01", "0.02"]
+    tried = ["0.01 nats", "0.001 nats", "2% of the gain", "0.01 nats"]
+    assert ordered(tried) == ["0.01 nats", "0.001 nats", "2% of the gain"]
+
+
+def test_the_specification_curve_draws_a_parameter_whose_values_carry_units():
+    """Saturation's tolerance is swept in nats and in shares of the gain: the curve
+    draws it (a sort by float failed on it in the committed run)."""
+    rows = pd.DataFrame([
+        {"row": "saturation [backbone]", "parameter": "saturation", "value": v,
+         "judged": v == "0.01 nats", "verdict": verdict}
+        for v, verdict in [("0.01 nats", "contradicted"), ("0.001 nats", "holds"),
+                           ("2% of the gain", "inconclusive")]])
+    drawn = specification(rows, "paper B: verdict against parameter")
+    ax = drawn.fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "0.01 nats", "0.001 nats", "2% of the gain"]

@@ -320,16 +320,20 @@ def test_the_ledger_table_and_lines_say_where_the_time_goes():
                                        "key/value handling", "gathering",
                                        "rest: Python, operator launch"]
     assert scoring.loc["exit checks", "policy - uniform (s)"] == pytest.approx(0.2)
-    assert scoring.loc["sum of the parts (profiled wall)", "kl (s)"] == 1.0
-    assert scoring.loc["measured, unprofiled (median)", "kl (s)"] == 1.05
+    assert scoring.loc["sum of the parts (timed wall)", "kl (s)"] == 1.0
+    assert scoring.loc["measured without the marks (median)", "kl (s)"] == 1.05
     line = ledger_lines(b)[0]
     assert line.startswith("**scoring**: `kl` 1.000 s against 1.000 s for uniform 6")
-    assert "add up to 95% of its unprofiled time, 1.050 s, within 10%" in line
+    assert "add up to 95% of its time without the marks, 1.050 s, within 10%" in line
     assert "FLOP ratio of 1.30x" in line and "fall by 0.231 s, to 0.769 s" in line
     assert "+0.300 s on key/value handling" in line and "-0.300 s on the loops" in line
     assert "within reach only if those overheads shrink" in line  # loops + once: 0.55 s
     far = with_ledger(bench(), measured=1.5)
     assert "outside 10%" in ledger_lines(far)[0]
+    fast = ledger_lines(with_ledger(bench(), policy_wall=0.6, measured=0.6))[0]
+    assert "realized 1.67x" in fast and "fall by" not in fast
+    assert "at or beyond the FLOP ratio (0.769 s matches it)" in fast
+    assert fast.endswith("1.4x needs 0.714 s: reached.")
     bars = ledger_bars(b)
     assert set(bars["run"]) == {"uniform 6", "kl"} and len(bars) == 3 * 2 * 6
 

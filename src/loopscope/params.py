@@ -4,8 +4,9 @@ rule's grid reaches R).
 
 The configure stage reads it whenever it changes (and on every `make repro`), so a typo
 anywhere in the file fails in a second, before any tokenizer is trained or any step is
-taken; the tools (`plan`, `levers`, `bench`) read it too. A stage reads only the keys it declares, through its
-package's params module (loopscope.weights.params), so it imports no other section.
+taken; the tools (`plan`, `levers`, `bench`) read it too. A stage reads only the keys
+it declares, through its package's params module (loopscope.weights.params), so it
+imports no other section.
 """
 
 from __future__ import annotations

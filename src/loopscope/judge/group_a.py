@@ -106,8 +106,8 @@ class GroupA:
     the scale-controlled cells (per-loop ones apart), the per-loop raw cell, and the
     resamples shared by every claim of the report (so cells are paired), and the
     criteria's values a claim is judged at (p). used: the cells a claim has read so far
-    (resampled() names their seeds). Per-draw means are kept (memo): the claims and their
-    specification curves read the same ones again."""
+    (resampled() names their seeds). Per-draw means and quantiles are kept (memo): the
+    claims and their specification curves read the same ones again."""
 
     cells: dict[str, CellA]
     recipe: str | None
@@ -174,9 +174,14 @@ class GroupA:
                     lambda k: self.docs.interval(draws, k))
 
     def quantile(self, c: str, name: str, k: int, q: float) -> np.ndarray:
-        """Per draw: the q-quantile of a per-token column of cell c at loop k."""
-        d, v, runs = self.cell(c).col(name, k)
-        return self.docs.quantile(d, v, q, runs, c)
+        """Per draw: the q-quantile of a per-token column of cell c at loop k (kept in
+        the memo: no criterion changes it, and the specification curve asks again)."""
+        key = ("quantile", c, name, k, q)
+        if key not in self.memo:
+            d, v, runs = self.cell(c).col(name, k)
+            self.memo[key] = self.docs.quantile(d, v, q, runs, c)
+        self.used.add(c)
+        return self.memo[key]
 
     def share_above(self, c: str, factor: float) -> np.ndarray:
         """Per draw: the share of cell c's tokens whose final-loop norm is above factor x

@@ -232,8 +232,9 @@ def ledgers(model: LoopedLM, w: Windows, name: str, policy: Policy, r: int, b: i
             batch: int, tokens: int, repeats: int) -> dict[str, Any]:
     """Where the time goes (loopscope.measure.ledger), in each mode, for one policy at
     its matched threshold and for uniform depth b through the same runtime: the
-    seconds of each part under the profiler, and the same calls' median seconds
-    unprofiled (`measured`, interleaved), against which the parts are checked."""
+    seconds of each part (its marks timed; the call of median wall time), and the same
+    calls' median seconds without the marks (`measured`, interleaved), against which
+    the parts are checked."""
     xb, hb = w.x[:batch], None if w.h0 is None else w.h0[:batch]
     xs, hs = w.x[:, :tokens], None if w.h0 is None else w.h0[:, :tokens]
 
@@ -247,9 +248,21 @@ def ledgers(model: LoopedLM, w: Windows, name: str, policy: Policy, r: int, b: i
     for mode, call in calls.items():
         jobs = {f"uniform {b}": lambda c=call: c(Uniform(), b),
                 name: lambda c=call: c(policy, r)}
-        modes[mode] = {"parts": {n: ledger.measure(job) for n, job in jobs.items()},
+        modes[mode] = {"parts": _median_ledgers(jobs, repeats, w.x.device),
                        "measured": interleaved(jobs, repeats)}
     return {"policy": name, "uniform_depth": b, "labels": ledger.PARTS, "modes": modes}
+
+
+def _median_ledgers(jobs: dict[str, Callable[[], Any]], repeats: int,
+                    device: torch.device) -> dict[str, dict[str, float]]:
+    """Each job's ledger (its marks timed) over `repeats` interleaved calls: the call
+    of median wall time, so its parts are one call's and comparable with the median of
+    the unmarked calls."""
+    calls: dict[str, list[dict[str, float]]] = {n: [] for n in jobs}
+    for _ in range(repeats):
+        for n, job in jobs.items():
+            calls[n].append(ledger.measure(job, device))
+    return {n: sorted(c, key=lambda x: x["wall"])[len(c) // 2] for n, c in calls.items()}
 
 
 def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> list[dict]:

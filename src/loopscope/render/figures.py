@@ -296,6 +296,16 @@ def forest(rows: pd.DataFrame, title: str) -> Drawn:
     return Drawn(fig, alt)
 
 
+def ordered(values: Iterable[str]) -> list[str]:
+    """A parameter's values for an axis: numeric ones in increasing order; values with
+    units (saturation's "0.01 nats", "2% of the gain") in the order they were tried."""
+    distinct = list(dict.fromkeys(values))
+    try:
+        return sorted(distinct, key=float)
+    except ValueError:
+        return distinct
+
+
 def specification(rows: pd.DataFrame, title: str) -> Drawn | None:
     """Verdict against parameter for the fragile rows (report_tables.specification_rows):
     a panel per parameter, a line of dots per row, one dot per value tried, coloured by
@@ -303,17 +313,24 @@ def specification(rows: pd.DataFrame, title: str) -> Drawn | None:
     if not len(rows):
         return None
     params = list(dict.fromkeys(rows["parameter"]))
-    fig, axes = plt.subplots(1, len(params), figsize=(4.2 * len(params), 0.8 + 0.4 *
-                             rows["row"].nunique()), squeeze=False)
-    for ax, name in zip(axes[0], params, strict=True):
+    cols = min(3, len(params))  # panels wrap, three to a line
+    lines = math.ceil(len(params) / cols)
+    tall = max(rows[rows["parameter"] == p]["row"].nunique() for p in params)
+    fig, axes = plt.subplots(lines, cols, figsize=(5.2 * cols, lines * (1.6 + 0.4 * tall)),
+                             squeeze=False)
+    for ax in axes.flat[len(params):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, params, strict=False):
         sub = rows[rows["parameter"] == name]
-        values = sorted(set(sub["value"]), key=float)
+        values = ordered(sub["value"])
         names = list(dict.fromkeys(sub["row"]))
         for r in sub.itertuples():
             x, y = values.index(r.value), names.index(r.row)
             ax.scatter([x], [y], s=80, color=VERDICT_COLOURS[r.verdict],
                        edgecolors="black" if r.judged else "none", linewidths=1.5)
-        ax.set_xticks(range(len(values)), values)
+        long = max(len(v) for v in values) > 6  # values with units: slanted, to fit
+        ax.set_xticks(range(len(values)), values, rotation=35 if long else 0,
+                      ha="right" if long else "center", fontsize=8 if long else None)
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.set(xlabel=name, ylim=(-0.5, len(names) - 0.5))
     fig.suptitle(title)
