@@ -432,8 +432,9 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
                 differ = sorted(f for f in a.keys() | b.keys() if a.get(f) != b.get(f))
                 raise AssertionError(f"{stage}: {out['path']} differs: {differ}")
             compared += 1
-    # the train timings, and the stage timings of all but configure, are timed
-    assert (timed, compared) == (1 + 7, 16)
+    # the train timings, and the stage timings of all but configure, are timed; 17 outputs
+    # compared, the per-seed clamp table of diagnose among them
+    assert (timed, compared) == (1 + 7, 17)
     model = str(paths.model_file(BACKBONE_CELL, SEED))  # what used to embed timings
     assert files_of(one, model) == files_of(two, model)
     assert "train_seconds" not in (one / paths.metrics_file("train", BACKBONE_CELL)).read_text()
