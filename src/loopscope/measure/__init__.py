@@ -1,1 +1,2 @@
-"""measure"""
+"""measure: what measures a trained model (extract, diagnostics, the clamp, trajectories,
+exit rules, the masked forward, the runtime, intervals); an edit reruns measurements."""

@@ -1,1 +1,1 @@
-"""tools"""
+"""tools: what no stage runs (plan, benchmarks, the depth-use search)."""
