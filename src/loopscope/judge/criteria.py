@@ -44,6 +44,7 @@ def parameters() -> tuple[Parameter, ...]:
                  for name, p in raw.items())
 
 
+@functools.cache
 def by_name() -> dict[str, Parameter]:
     return {p.name: p for p in parameters()}
 
