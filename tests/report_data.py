@@ -49,13 +49,13 @@ def diagnose(k: int, scale: float) -> dict:
     return out
 
 
-def claim_row(key: str, headline: str = "holds", kind: str = "finding", group: str = "ours",
+def claim_row(key: str, verdict: str = "holds", kind: str = "finding", group: str = "ours",
               paper: str = "A", **fields) -> dict:
     """A row of tables/claims.json as the claims stage writes it."""
     return {"id": f"{paper}.{key}.{group}", "paper": paper, "group": group, "kind": kind,
             "key": key, "claim": f"{key} claim", "paper_says": "the paper", "source": "where",
-            "criterion": "criterion", "value": "ours", "verdict": headline,
-            "magnitude": "n/a", "headline": headline, "regime": "", "recipe": "",
+            "criterion": "criterion", "value": "ours", "direction": verdict,
+            "magnitude": "n/a", "verdict": verdict, "regime": "", "recipe": "",
             "resampled": "40 units", "comparisons": 1,
             "estimate": {"statistic": "x", "value": 1.0, "lo": 0.5, "hi": 1.5,
                          "band": [0.0, None]},
@@ -73,13 +73,13 @@ PARAMETERS = [{"name": "margin_nats", "value": 0.01, "meaning": "a margin", "sou
 def claims_json(paper_a: list[dict], paper_b: list[dict] | None = None, **extra) -> dict:
     def counts(rows):
         found = [r for r in rows if r["kind"] == "finding"]
-        return {v: sum(r["headline"] == v for r in found)
+        return {v: sum(r["verdict"] == v for r in found)
                 for v in ("holds", "contradicted", "inconclusive", "not shown")}
     paper_b = paper_b or []
     return {"paper_a": paper_a, "paper_b": paper_b, "mechanism_checks": [],
             "counts": {"paper_a": counts(paper_a), "paper_b": counts(paper_b)},
             "parameters": PARAMETERS,
-            "rules": {"family": "Bonferroni", "seeds": "each seed", "headline": "both"},
+            "rules": {"family": "Bonferroni", "seeds": "each seed", "verdict": "both"},
             "cells": {}, "init_effect": "",
             "scale": {"cells": {
                 "short": {"parameters": 700000, "seeds": 2, "training_tokens": 800000,

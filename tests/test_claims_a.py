@@ -102,15 +102,15 @@ def rows(cells: dict[str, CellA], resamples: int = 200, **values: float) -> dict
 
 
 def verdicts_a(cells: dict[str, CellA]) -> dict[str, str]:
-    return {k: c.verdict for k, c in rows(cells).items()}
+    return {k: c.direction for k, c in rows(cells).items()}
 
 
 def test_paper_a_claims_hold_on_paper_like_metrics():
     found = rows(paper_a_cells())
     assert list(found) == list(CLAIMS_A)
-    assert found.pop("stable_injection").verdict == "not shown"  # no such cell here
-    assert {c.verdict for c in found.values()} == {"holds"}, \
-        [(c.claim, c.value) for c in found.values() if c.verdict != "holds"]
+    assert found.pop("stable_injection").direction == "not shown"  # no such cell here
+    assert {c.direction for c in found.values()} == {"holds"}, \
+        [(c.claim, c.value) for c in found.values() if c.direction != "holds"]
     assert {c.magnitude for c in found.values()} <= {"holds", "n/a"}
     assert found["clamp_other"].kind == "extension"
     assert {found[k].kind for k in ("lemma1", "radial_fractions")} == {"check"}
@@ -143,7 +143,7 @@ def test_each_paper_a_claim_can_fail(claim, normed, verdict):
 def test_lemma2_magnitude_fails_when_the_step_does_not_shrink_like_one_over_s():
     found = rows(paper_a_cells(slope=-0.2))["inverse_scale"]
     assert found.claim.startswith("The angular 1/s law")
-    assert (found.verdict, found.magnitude) == ("holds", "contradicted")
+    assert (found.direction, found.magnitude) == ("holds", "contradicted")
 
 
 def test_a_mean_shift_is_not_a_heavy_tail():
@@ -155,7 +155,7 @@ def test_a_mean_shift_is_not_a_heavy_tail():
 def test_the_drift_magnitude_is_judged_against_the_papers_smallest_ratio():
     # a ratio of about 200: the old bar (100) passed it, the paper's smallest (470) does not
     found = rows(paper_a_cells(norm=(40.0, 2000.0)))["drift"]
-    assert (found.verdict, found.magnitude) == ("holds", "contradicted"), found.value
+    assert (found.direction, found.magnitude) == ("holds", "contradicted"), found.value
     assert "470" in found.criterion and "39,000" in found.paper_says
 
 
@@ -173,17 +173,17 @@ def test_a_final_norm_cell_that_drifts_contradicts_the_design_rule():
     cells = paper_a_cells()
     cells["perloop_final_norm"] = cell_a(**{**NORMED, **FINAL_NORM, "norm": (40.0, 20000.0)})
     found = rows(cells)["final_norm"]
-    assert (found.verdict, found.magnitude) == ("contradicted", "contradicted"), found.value
+    assert (found.direction, found.magnitude) == ("contradicted", "contradicted"), found.value
     del cells["perloop_final_norm"]
-    assert rows(cells)["final_norm"].verdict == "not shown"
+    assert rows(cells)["final_norm"].direction == "not shown"
 
 
 def test_a_control_whose_last_loop_gets_worse_gains_but_not_with_every_loop():
     cells = paper_a_cells()
     cells["perloop_raw"] = cell_a(ce_at=(4.3, 3.9, 3.7, 3.8), seed=1)
     found = rows(cells)
-    assert found["depth_gain"].verdict == "holds", found["depth_gain"].value  # the endpoint
-    assert found["depth_monotone"].verdict == "contradicted", found["depth_monotone"].value
+    assert found["depth_gain"].direction == "holds", found["depth_gain"].value  # the endpoint
+    assert found["depth_monotone"].direction == "contradicted", found["depth_monotone"].value
     assert "last loop worse than loop 3" in found["depth_monotone"].value
 
 
@@ -194,7 +194,7 @@ def test_a_control_with_a_negative_own_gain_contradicts_the_depth_rows():
     cells["perloop_raw"] = cell_a(ce=(3.8, 4.3), seed=1)
     found = rows(cells)
     for key in ("depth_gain", "depth_monotone"):
-        assert found[key].verdict == "contradicted", found[key].value
+        assert found[key].direction == "contradicted", found[key].value
         assert any(t.statistic == "perloop_raw: CE(1) - CE(K)" and t.verdict() ==
                    "contradicted" for t in found[key].tests)
 
@@ -203,7 +203,7 @@ def test_a_timing_that_rises_with_depth_is_flagged_not_read():
     cells = paper_a_cells()
     cells["perloop_raw"].tokens_per_s.update(k2=3000.0)  # the best control: its timing is read
     found = rows(cells)["frontier"]
-    assert "not falling with depth" in found.value and found.verdict == "holds"
+    assert "not falling with depth" in found.value and found.direction == "holds"
 
 
 def test_a_claim_about_every_cell_of_none_is_not_shown():
@@ -220,8 +220,8 @@ def test_every_recipe_group_is_judged_on_its_own():
     assert len(found) == 2 * n and [c.recipe for c in found] == ["ours"] * n + ["ref"] * n
     assert found[0].value == rows(paper_a_cells())["drift"].value
     ref_drift = found[n]
-    assert ref_drift.verdict == "holds" and ref_drift.magnitude == "contradicted"
-    assert ref_drift.headline == "contradicted"  # "far above": the magnitude is the claim
+    assert ref_drift.direction == "holds" and ref_drift.magnitude == "contradicted"
+    assert ref_drift.verdict == "contradicted"  # "far above": the magnitude is the claim
     sentence = init_effect(cells, 200)
     assert "[ref]" in sentence and "[ours]" in sentence and " moves" in sentence
     assert "init, FFN and weight decay together" in sentence and "]-fold" in sentence
@@ -254,12 +254,12 @@ def test_a_claim_true_on_one_seed_and_false_on_the_other_does_not_hold():
     bad = cell_a(**{**NORMED, "norm": (40.0, 8.0)}, seed=6)  # stays below the controls
     cells = paper_a_cells()
     cells["perloop_normed"] = good
-    assert rows(cells)["drift"].verdict == "holds"
+    assert rows(cells)["drift"].direction == "holds"
     cells["perloop_normed"] = bad
-    assert rows(cells)["drift"].verdict == "contradicted"
+    assert rows(cells)["drift"].direction == "contradicted"
     cells["perloop_normed"] = two_seeds(good, bad)
     found = rows(cells, 400)["drift"]
-    assert found.verdict == "inconclusive", found.value
+    assert found.direction == "inconclusive", found.value
     assert "seeds (2 per cell)" in found.resampled
     assert "conditional on that trained model" in found.resampled  # perloop_raw: one seed
     # pooled as one run (the seed column dropped), the same tokens decide for the claim
@@ -267,7 +267,7 @@ def test_a_claim_true_on_one_seed_and_false_on_the_other_does_not_hold():
         cells["perloop_normed"], tokens=cells["perloop_normed"].tokens.drop(columns="seed"),
         sweep=cells["perloop_normed"].sweep.drop(columns="seed"),
         clamp=cells["perloop_normed"].clamp.drop(columns="seed"))
-    assert rows(cells, 400)["drift"].verdict == "holds"
+    assert rows(cells, 400)["drift"].direction == "holds"
 
 
 def test_seeds_that_disagree_on_the_clamp_leave_it_undecided():
@@ -277,10 +277,10 @@ def test_seeds_that_disagree_on_the_clamp_leave_it_undecided():
     moved = cell_a(**{**NORMED, "clamp": 0.02}, seed=7)
     cells = paper_a_cells()
     cells["perloop_normed"] = calm
-    assert rows(cells)["clamp"].verdict == "holds"
+    assert rows(cells)["clamp"].direction == "holds"
     cells["perloop_normed"] = two_seeds(calm, moved)
     found = rows(cells, 400)["clamp"]
-    assert found.verdict == "inconclusive", found.value
+    assert found.direction == "inconclusive", found.value
     assert [s["verdict"] for s in found.facts["seeds"]["each"]] == ["holds", "contradicted"]
     assert "each seed alone agrees (holds/contradicted)" in found.resampled
 
@@ -300,12 +300,12 @@ def test_no_verdict_rests_on_fewer_than_ten_units():
         v, sweep=v.sweep.groupby("doc", as_index=False).sum()) for k, v in cells.items()},
         VALUES, 200)
     judged = [c for c in found if c.key != "stable_injection"]  # no such cell here
-    assert {c.verdict for c in judged} == {"inconclusive"}, [c.value for c in judged]
+    assert {c.direction for c in judged} == {"inconclusive"}, [c.value for c in judged]
 
 
 def test_paper_a_claims_are_not_shown_without_their_cells():
     found = paper_a_claims({"perloop_raw": cell_a()}, VALUES, 200)
-    assert {c.verdict for c in found} == {"not shown"}
+    assert {c.direction for c in found} == {"not shown"}
 
 
 def test_weighted_quantile_matches_numpy_on_the_sample():
@@ -343,7 +343,7 @@ def test_two_seeds_decide_only_where_each_seed_alone_agrees():
     cells = paper_a_cells()
     cells["perloop_normed"] = two_seeds(good, other)
     found = rows(cells)["drift"]
-    assert found.verdict == "holds" and "each seed alone agrees (holds/holds)" in found.resampled
+    assert found.direction == "holds" and "each seed alone agrees (holds/holds)" in found.resampled
     # a judgement that one seed's run passes and the other's fails: pooled, it held
     weak = cell_a(**{**NORMED, "norm": (40.0, 8.0)}, seed=6)
     cells["perloop_normed"] = two_seeds(good, weak)
@@ -357,7 +357,7 @@ def test_two_seeds_decide_only_where_each_seed_alone_agrees():
     group.used.add("perloop_normed")
     found = Claim("drifts", "", "", "pooled", "holds")
     on_each_seed(found, judge, group, seed_groups(group), p)
-    assert found.verdict == "inconclusive"
+    assert found.direction == "inconclusive"
     assert "not on each seed alone (holds/contradicted)" in found.value
 
 
@@ -370,10 +370,10 @@ def test_stable_injection_stops_the_drift_or_the_row_says_it_does_not():
                                      control="stable injection")
     found = rows(cells)
     assert found["stable_injection"].kind == "extension"
-    assert found["stable_injection"].headline == "holds", found["stable_injection"].value
+    assert found["stable_injection"].verdict == "holds", found["stable_injection"].value
     assert "perloop_stable (stable injection)" in found["drift"].claim
     cells["perloop_stable"] = dataclasses.replace(
         cell_a(**{**NORMED, "seed": 9}), group="scale-controlled", control="stable injection")
     found = rows(cells)
-    assert found["stable_injection"].verdict == "contradicted", found["stable_injection"].value
-    assert found["drift"].verdict != "holds"
+    assert found["stable_injection"].direction == "contradicted", found["stable_injection"].value
+    assert found["drift"].direction != "holds"

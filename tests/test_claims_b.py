@@ -107,10 +107,10 @@ def verdicts(c, p, second=True, values=None):
 def test_paper_b_claims_hold_on_paper_like_metrics():
     found = verdicts(conv(), pol())
     findings = {k: c for k, c in found.items() if c.kind == "finding"}
-    assert {c.headline for c in findings.values()} == {"holds"}, \
-        {k: (c.verdict, c.magnitude, c.value) for k, c in findings.items()}
+    assert {c.verdict for c in findings.values()} == {"holds"}, \
+        {k: (c.direction, c.magnitude, c.value) for k, c in findings.items()}
     assert found["period_two"].kind == "extension"
-    assert found["period_two"].verdict == "contradicted"  # no period-2 signature
+    assert found["period_two"].direction == "contradicted"  # no period-2 signature
 
 
 def worse_step(k, lo, hi):
@@ -145,24 +145,24 @@ def worse_step(k, lo, hi):
     (dict(useful=6.5), "saturation", "inconclusive"),
 ])
 def test_each_paper_b_claim_can_fail(change, key, verdict):
-    assert verdicts(conv(**change), pol())[key].verdict == verdict
+    assert verdicts(conv(**change), pol())[key].direction == verdict
 
 
 def test_a_period_two_trajectory_is_judged_a_cycle_not_a_fixed_point():
     """The state change falls from R to 4R, but over the last R loops it no longer
     decays and the state returns every second loop: a cycle."""
     found = verdicts(conv(late_decay=0.0, two_step=0.4), pol())
-    assert found["state_decay"].verdict == "inconclusive"  # late decay straddles 0
-    assert found["period_two"].verdict == "holds"
+    assert found["state_decay"].direction == "inconclusive"  # late decay straddles 0
+    assert found["period_two"].direction == "holds"
     cycling = verdicts(conv(late_decay=0.05, two_step=0.4), pol())
-    assert cycling["state_decay"].verdict == "contradicted"
+    assert cycling["state_decay"].direction == "contradicted"
     assert "two-step / one-step" in cycling["state_decay"].value
 
 
 def test_token_order_needs_both_ends_not_a_content_whitespace_gap():
     found = verdicts(conv(content_minus={"whitespace": iv(3.0), "punctuation": iv(-1.0)}),
                      pol())
-    assert found["token_order"].verdict == "contradicted"
+    assert found["token_order"].direction == "contradicted"
 
 
 def test_token_order_is_corrected_for_its_comparisons():
@@ -171,16 +171,16 @@ def test_token_order_is_corrected_for_its_comparisons():
     difference far from zero contradicts it."""
     near = verdicts(conv(ws_minus={"punctuation": iv(0.1, 0.006, 0.21),
                                    "content word": iv(-3.0)}), pol())["token_order"]
-    assert near.verdict == "inconclusive" and near.record()["comparisons"] == 4
+    assert near.direction == "inconclusive" and near.record()["comparisons"] == 4
     far = verdicts(conv(ws_minus={"punctuation": iv(1.0), "content word": iv(-3.0)}), pol())
-    assert far["token_order"].verdict == "contradicted"
+    assert far["token_order"].direction == "contradicted"
 
 
 def test_token_order_is_not_judged_on_rare_types():
     c = conv(rare=["whitespace"])
     del c["types"]["whitespace_minus"]
     found = verdicts(c, pol())["token_order"]
-    assert found.verdict == "not shown" and "whitespace" in found.value
+    assert found.direction == "not shown" and "whitespace" in found.value
 
 
 def test_token_order_is_judged_on_both_backbones():
@@ -211,8 +211,8 @@ def test_paper_b_magnitude_bands_fail_on_both_sides(change, key, magnitude):
 def test_magnitudes_have_their_own_verdicts_and_the_headline_needs_both():
     found = verdicts(conv(share=0.5, kl_ratio=-1.0, median=2.0), pol())
     for key in ("tail", "kl_decay", "median_convergence"):
-        assert (found[key].verdict, found[key].magnitude) == ("holds", "contradicted")
-        assert found[key].headline == "contradicted"
+        assert (found[key].direction, found[key].magnitude) == ("holds", "contradicted")
+        assert found[key].verdict == "contradicted"
 
 
 @pytest.mark.parametrize("kl, verdict", [
@@ -223,17 +223,17 @@ def test_magnitudes_have_their_own_verdicts_and_the_headline_needs_both():
     (policy(0, matched=False), "inconclusive"),    # unmatched: never holds or contradicted
 ])
 def test_a1_claim_can_fail(kl, verdict):
-    assert verdicts(conv(), pol(kl=kl))["a1_fewer_loops"].verdict == verdict
+    assert verdicts(conv(), pol(kl=kl))["a1_fewer_loops"].direction == verdict
 
 
 def test_a1_is_non_inferiority_with_the_upper_bound_at_the_margin():
-    assert verdicts(conv(), pol(kl=policy(5.0, delta=0.006)))["a1_fewer_loops"].verdict \
+    assert verdicts(conv(), pol(kl=policy(5.0, delta=0.006)))["a1_fewer_loops"].direction \
         == "holds"
 
 
 def test_a1_magnitude_reads_loops_against_the_matching_uniform_depth():
     found = verdicts(conv(), pol(kl=policy(6.5), baseline=6))["a1_fewer_loops"]
-    assert (found.verdict, found.magnitude) == ("holds", "contradicted")
+    assert (found.direction, found.magnitude) == ("holds", "contradicted")
     assert "uniform depth 6" in found.value
 
 
@@ -247,7 +247,7 @@ def test_a1_magnitude_reads_loops_against_the_matching_uniform_depth():
 ])
 def test_a1_compute_is_its_own_row_with_flop_intervals(kl, verdict, magnitude):
     found = verdicts(conv(), pol(kl=kl, baseline=6))["a1_saves_compute"]
-    assert (found.verdict, found.magnitude) == (verdict, magnitude)
+    assert (found.direction, found.magnitude) == (verdict, magnitude)
 
 
 @pytest.mark.parametrize("probe, verdict", [
@@ -258,11 +258,11 @@ def test_a1_compute_is_its_own_row_with_flop_intervals(kl, verdict, magnitude):
     (policy(0, matched=False), "inconclusive"),       # unmatched: no measurement
 ])
 def test_a2_saves_nothing_can_fail(probe, verdict):
-    assert verdicts(conv(), pol(probe=probe))["a2_saves_nothing"].verdict == verdict
+    assert verdicts(conv(), pol(probe=probe))["a2_saves_nothing"].direction == verdict
 
 
 def test_saturation_is_not_shown_with_one_backbone():
-    assert verdicts(conv(), pol(), second=False)["saturation"].verdict == "not shown"
+    assert verdicts(conv(), pol(), second=False)["saturation"].direction == "not shown"
 
 
 def test_claims_name_the_depth_they_compare_against():
@@ -288,7 +288,7 @@ def test_every_row_carries_its_backbones_regime_as_words_and_as_data():
 
 def test_saturation_failing_low_is_contradicted_not_excused_by_the_regime():
     found = verdicts(conv(useful=3), pol())["saturation"]
-    assert found.verdict == "contradicted"
+    assert found.direction == "contradicted"
     assert "outside the paper's regime (main" in found.regime
 
 
@@ -302,14 +302,14 @@ def test_saturation_is_fragile_where_a_tolerance_turns_it():
     second = conv(r=4, sensitivity={0.003: 4, 0.01: 4})
     found = next(c for c in judged(conv(useful=5, sensitivity={0.003: 8, 0.01: 5}), pol(),
                                    second_conv=second) if c.key == "saturation")
-    assert found.verdict == "contradicted"
+    assert found.direction == "contradicted"
     rob = found.facts["robustness"]
     assert rob["mark"] == "fragile"
     assert {"parameter": "useful depth's tolerance", "value": "0.003 nats",
             "verdict": "holds"} in rob["turns"]
     steady = next(c for c in judged(conv(useful=8, sensitivity={0.003: 8, 0.01: 8}), pol(),
                                     second_conv=second) if c.key == "saturation")
-    assert steady.verdict == "holds"
+    assert steady.direction == "holds"
     assert not [t for t in steady.facts["robustness"]["turns"]
                 if t["parameter"] == "useful depth's tolerance"]
 
@@ -318,7 +318,7 @@ def test_a_parameter_sweep_marks_a_row_fragile():
     """Elasticity's worst step at 0.008 [0.006, 0.0095]: under the 0.01-nat flat_nats,
     over the 0.005 in its range: fragile, with the value that turns it."""
     found = verdicts(conv(steps=worse_step(5, 0.006, 0.0095)), pol())["elasticity"]
-    assert found.verdict == "holds"
+    assert found.direction == "holds"
     rob = found.facts["robustness"]
     assert rob["mark"] == "fragile" and "flat_nats" in rob["swept"]
     assert {"parameter": "flat_nats", "value": 0.005, "verdict": "contradicted"} in rob["turns"]
@@ -350,4 +350,4 @@ def test_paper_b_rows_say_what_they_resample_and_that_one_seed_conditions_them()
 
 def test_paper_b_claims_are_not_shown_without_a_backbone():
     found = paper_b_claims({}, {}, None, None, VALUES)
-    assert found and {c.verdict for c in found} == {"not shown"}
+    assert found and {c.direction for c in found} == {"not shown"}

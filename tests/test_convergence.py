@@ -109,8 +109,8 @@ def judged(m: dict) -> dict:
 def test_the_claims_read_what_summarize_writes():
     found = judged(metrics())
     for key in ("elasticity", "flat_past_r", "token_order", "kl_decay", "state_decay"):
-        assert found[key].verdict == "holds", (key, found[key].value)
-    assert found["period_two"].verdict == "contradicted"  # a monotone approach
+        assert found[key].direction == "holds", (key, found[key].value)
+    assert found["period_two"].direction == "contradicted"  # a monotone approach
 
 
 def test_a_period_two_state_is_measured_as_a_cycle():
@@ -129,22 +129,22 @@ def test_a_period_two_state_is_measured_as_a_cycle():
     assert abs(c["late_decay_per_loop"]["value"]) < 1e-9
     assert c["two_step_ratio"]["hi"] < 0.05 and c["period2_share"]["value"] == 1.0
     found = judged(m)
-    assert found["period_two"].verdict == "holds"
-    assert found["state_decay"].verdict != "holds"
+    assert found["period_two"].direction == "holds"
+    assert found["state_decay"].direction != "holds"
     steady = metrics()["cycle"]
     assert steady["two_step_ratio"]["lo"] > 1 and steady["late_decay_per_loop"]["hi"] < 0
     assert steady["period2_share"]["value"] == 0.0
 
 
 def test_a_worse_step_before_r_breaks_monotone_elasticity():
-    assert judged(metrics(step_up=0.2))["elasticity"].verdict == "contradicted"
+    assert judged(metrics(step_up=0.2))["elasticity"].direction == "contradicted"
 
 
 def test_punctuation_deeper_than_content_words_breaks_the_order():
     # content - whitespace stays large; only the pairwise test sees punctuation deepest
     m = metrics(content_depth=3.0, punct_depth=6.0)
     assert m["types"]["content_minus"]["whitespace"]["lo"] > 0
-    assert judged(m)["token_order"].verdict == "contradicted"
+    assert judged(m)["token_order"].direction == "contradicted"
 
 
 def test_rare_types_are_listed_not_judged():

@@ -23,7 +23,7 @@ from loopscope.judge.experiments import (
 
 def rows(*verdicts: str, group: str = "ours") -> list[dict]:
     return [{"id": f"A.claim{i}.{group}", "claim": f"claim {i}", "group": group,
-             "headline": v} for i, v in enumerate(verdicts)]
+             "verdict": v} for i, v in enumerate(verdicts)]
 
 
 def test_changed_params_names_what_dvc_exp_run_set():

@@ -186,7 +186,7 @@ def test_experiment_verdicts_sit_beside_their_baselines(paper_a):
     assert experiment_verdicts("paper_a") is None  # no committed experiment
     rows = [claim_row("a"), claim_row("b", "inconclusive")]
     write(paths.CLAIMS, claims_json(rows))
-    turned = [{**rows[0], "headline": "contradicted"}, rows[1]]
+    turned = [{**rows[0], "verdict": "contradicted"}, rows[1]]
     write(EXPERIMENTS / "seeds_plus_one.json",
           {"experiment": "seeds_plus_one", "base_commit": "0123456789abcdef",
            "params": {"cells.short.seeds": [43]},

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from loopscope.base.errors import DataError
+from loopscope.judge.verdicts import combined
 from loopscope.params import load_params
 from loopscope.render import summary
 
@@ -45,21 +46,16 @@ def test_the_committed_results_page_is_the_committed_run(committed):
     assert (ROOT / summary.RESULTS_PAGE).read_text() == summary.page(**committed)
 
 
-def row(key, verdict, magnitude="n/a", group="ours", paper="A", **fields):
+def row(key, direction, magnitude="n/a", group="ours", paper="A", **fields):
     return {"id": f"{paper}.{key}.{group}", "key": key, "claim": key, "kind": "finding",
-            "group": group, "verdict": verdict, "magnitude": magnitude,
-            "headline": summary_headline(verdict, magnitude), "paper_says": "~500",
+            "group": group, "direction": direction, "magnitude": magnitude,
+            "verdict": combined(direction, magnitude), "paper_says": "~500",
             "value": "3.6", "criterion": "ratio > 1",
             "robustness": {"mark": "robust", "swept": {}, "turns": []}, **fields}
 
 
-def summary_headline(verdict, magnitude):
-    from loopscope.judge.verdicts import headline
-    return headline(verdict, magnitude)
-
-
-def claims(verdict_a="holds", magnitude="contradicted", regimes=()):
-    row_a = row("drift", verdict_a, magnitude)
+def claims(direction_a="holds", magnitude="contradicted", regimes=()):
+    row_a = row("drift", direction_a, magnitude)
     ref = row("drift", "holds", "holds", group="reference")
     row_b = row("tail", "contradicted", paper="B", group="backbone", regimes=list(regimes))
     return {"paper_a": [row_a, ref], "paper_b": [row_b],

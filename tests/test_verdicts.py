@@ -19,10 +19,10 @@ from loopscope.judge.verdicts import (
     at_least,
     at_most,
     claim,
+    combined,
     decide,
     decisive,
     effect,
-    headline,
     inside,
     negligible,
     not_shown,
@@ -81,22 +81,37 @@ def test_the_family_rule_turns_a_contradicted_into_inconclusive():
     assert decide([far, far]) == "holds"
 
 
-def test_decisive_is_the_first_failing_comparison_else_the_narrowest_margin():
+def test_decisive_is_the_comparison_the_verdict_turns_on_at_its_level():
     a = Comparison("a", Interval(1.0, 0.5, 1.5), effect, (1,))  # 1 width inside
     b = Comparison("b", Interval(0.3, 0.1, 0.5), effect, (1,))  # 0.25 widths inside
-    c = Comparison("c", Interval(0.0, -0.5, 0.5), effect, (1,))
-    assert decisive([a, b]) is b and decisive([a, c, b]) is c and decisive([]) is None
-    assert b.record()["band"] == [0.0, None]
+    c = Comparison("c", Interval(0.0, -0.5, 0.5), effect, (1,))  # open
+    assert decisive([a, b]) == (b, 1) and decisive([]) is None  # holds: the narrowest
+    assert decisive([a, c, b]) == (c, 3)  # inconclusive: the one left open
+    assert b.record()["band"] == [0.0, None] and b.record()["level"] == 0.95
     assert Comparison("d", Interval(0, -1, 1), at_most, (2.0,)).record()["band"] == [None, 2.0]
 
 
-def test_the_headline_is_direction_and_magnitude_together():
-    assert headline("holds", "n/a") == "holds"
-    assert headline("holds", "holds") == "holds"
-    assert headline("holds", "contradicted") == "contradicted"
-    assert headline("holds", "inconclusive") == "inconclusive"
-    assert headline("contradicted", "holds") == "contradicted"
-    assert headline("not shown", "n/a") == "not shown"
+def test_a_contradicted_row_shows_the_comparison_that_contradicted_at_its_level():
+    """The first comparison that fails is left open (its interval straddles 0); the
+    second contradicts at the Bonferroni level of the pair. The row shows the second, at
+    that level, wholly outside its band: the interval that decided."""
+    open_ = Comparison("open", Interval(0.0, -0.5, 0.5), effect, (1,))
+    against = Comparison("against", Interval(-1.0, -1.2, -0.8), effect, (1,))
+    assert decide([open_, against]) == "contradicted"
+    shown, family = decisive([open_, against])
+    assert shown is against and family == 2
+    rec = claim("t", "p", "c", "v", [open_, against]).record()["estimate"]
+    assert rec["statistic"] == "against" and rec["level"] == 1 - 0.05 / 2
+    assert rec["hi"] < 0 and rec["lo"] < -1.2  # widened to the pair's level, still outside
+
+
+def test_the_verdict_is_direction_and_magnitude_together():
+    assert combined("holds", "n/a") == "holds"
+    assert combined("holds", "holds") == "holds"
+    assert combined("holds", "contradicted") == "contradicted"
+    assert combined("holds", "inconclusive") == "inconclusive"
+    assert combined("contradicted", "holds") == "contradicted"
+    assert combined("not shown", "n/a") == "not shown"
 
 
 def test_every_criteria_parameter_is_declared_with_a_source_and_a_range():
@@ -115,7 +130,7 @@ def test_a_specification_curve_marks_a_row_fragile_with_the_values_that_turn_it(
         return claim("a step", "", "", "", [Comparison("step", iv, at_most, (p.flat_nats,))])
 
     found = specification(judge, Criteria(VALUES))
-    assert found.verdict == "holds"
+    assert found.direction == "holds"
     rob = found.facts["robustness"]
     assert rob["mark"] == "fragile" and rob["swept"] == {"flat_nats": [0.005, 0.02]}
     assert rob["turns"] == [{"parameter": "flat_nats", "value": 0.005,
@@ -135,8 +150,8 @@ def test_a_row_record_carries_its_estimate_band_and_counts():
                 [Comparison("m", Interval(2.0, 1.5, 2.5, 40), at_least, (1.8,))], key="k")
     rec = row.record()
     assert rec["estimate"] == {"statistic": "b", "value": 0.3, "lo": 0.1, "hi": 0.5,
-                               "units": 40, "band": [0.0, None]}
-    assert rec["magnitude"] == "inconclusive" and rec["headline"] == "inconclusive"
+                               "units": 40, "level": 0.95, "band": [0.0, None]}
+    assert rec["magnitude"] == "inconclusive" and rec["verdict"] == "inconclusive"
     assert rec["comparisons"] == 2 and rec["key"] == "k"
     assert not_shown("t", "p", "c", "why").record()["estimate"] is None
 
@@ -153,7 +168,7 @@ def document(rows):
     return {"paper_a": rows, "paper_b": [], "mechanism_checks": [],
             "counts": {"paper_a": counts, "paper_b": counts},
             "parameters": criteria.table(VALUES),
-            "rules": {"family": "f", "seeds": "s", "headline": "h"}, "cells": {},
+            "rules": {"family": "f", "seeds": "s", "verdict": "h"}, "cells": {},
             "scale": {"cells": {}, "corpus": {"train_tokens": 1, "val_tokens": 1},
                       "papers": {"paper_a": {}, "paper_b": {}}, "reference_recipe": "r"},
             "init_effect": "", "paper_b_recipe": {}}
@@ -161,8 +176,8 @@ def document(rows):
 
 def test_the_schema_accepts_a_record_and_rejects_a_malformed_one():
     jsonschema.validate(document([row()]), SCHEMA)
-    for bad in (row(verdict="maybe"), row(id="drift"), row(kind="finding?"),
-                {k: v for k, v in row().items() if k != "headline"}):
+    for bad in (row(verdict="maybe"), row(direction="maybe"), row(id="drift"),
+                row(kind="finding?"), {k: v for k, v in row().items() if k != "verdict"}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(document([bad]), SCHEMA)
 

@@ -75,7 +75,7 @@ def _records(found: list[Claim], paper: str, configs: dict[str, CellConfig]
 def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Headline verdicts of a paper's findings (extensions and checks apart)."""
     findings = [r for r in rows if r["kind"] == "finding"]
-    return {v: sum(r["headline"] == v for r in findings) for v in VERDICTS}
+    return {v: sum(r["verdict"] == v for r in findings) for v in VERDICTS}
 
 
 def scale(configs: dict[str, CellConfig], train: dict[str, dict[str, Any]],
@@ -117,7 +117,7 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
         "rules": {"family": FAMILY_RULE,
                   "seeds": f"with under {FEW_SEEDS} seeds a verdict stands only where each "
                            "seed alone agrees (every row reading such a cell)",
-                  "headline": "the direction and the magnitude together: holds where both "
+                  "verdict": "the direction and the magnitude together: holds where both "
                               "hold, contradicted where either is"},
         "cells": {c: facts(cfg) for c, cfg in configs.items()},
         "scale": scale(configs, {c: read_metrics("train", c) for c in cells},

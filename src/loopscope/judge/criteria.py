@@ -5,7 +5,7 @@ The declarations are data, criteria.yaml beside this module. A verdict that turn
 number nobody can source is a choice, not a finding. So every
 claim is judged at params.yaml's values (the `claims:` section) and again at every
 other value of each parameter it read (one at a time: a specification curve), and the
-row is marked robust (one headline verdict across them) or fragile (the values that
+row is marked robust (one verdict across them) or fragile (the values that
 turn it are listed). `Criteria` hands a claim its values and notes which it read.
 """
 
@@ -90,7 +90,7 @@ def specification(judge: Callable[[Criteria], Claim], criteria: Criteria,
                   ) -> Claim:
     """The claim judged at the criteria's values, and again at every other value of each
     parameter it read (and of each extra: a name, its values, the claim judged at one);
-    marked robust when the headline verdict is the same at every one, else fragile, with
+    marked robust when the verdict is the same at every one, else fragile, with
     the values that turn it."""
     crit = criteria.fresh()
     found = judge(crit)
@@ -99,12 +99,12 @@ def specification(judge: Callable[[Criteria], Claim], criteria: Criteria,
     for name in sorted(crit.read):
         tried[name] = swept(name, getattr(crit, name))
         for value in tried[name]:
-            turns += _turn(name, value, judge(criteria.but(name, value)).headline,
-                           found.headline)
+            turns += _turn(name, value, judge(criteria.but(name, value)).verdict,
+                           found.verdict)
     for name, values, at in extra:
         tried[name] = list(values)
         for value in values:
-            turns += _turn(name, value, at(value).headline, found.headline)
+            turns += _turn(name, value, at(value).verdict, found.verdict)
     found.facts["robustness"] = {"mark": "fragile" if turns else "robust", "swept": tried,
                                  "turns": turns}
     return found

@@ -98,15 +98,15 @@ def recorded() -> dict[str, dict[str, Any]]:
 def verdict_columns(default: list[dict[str, Any]],
                     experiments: Mapping[str, Mapping[str, list[dict[str, Any]]]]
                     ) -> pd.DataFrame:
-    """A row per claim of the default run (by id): its group, the default's headline
+    """A row per claim of the default run (by id): its group, the default's
     verdict, and for each experiment its baseline's ("NAME base": the default at the
     experiment's commit, judged by the same criteria as it) and its own ("-" where it
     has no such row). experiments: name -> {"claims": rows, "baseline": rows}."""
     def by_id(rows: list[dict[str, Any]]) -> dict[str, str]:
-        return {r["id"]: r["headline"] for r in rows}
+        return {r["id"]: r["verdict"] for r in rows}
     found = {name: (by_id(e["baseline"]), by_id(e["claims"])) for name, e in experiments.items()}
     return pd.DataFrame([{"id": row["id"], "claim": row["claim"], "group": row["group"],
-                          "default": row["headline"],
+                          "default": row["verdict"],
                           **{col: v.get(row["id"], "-") for name, (base, mine) in found.items()
                              for col, v in ((f"{name} base", base), (name, mine))}}
                          for row in default])

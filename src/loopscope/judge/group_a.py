@@ -310,12 +310,13 @@ def on_each_seed(found: Claim, judge: Any, here: GroupA, seeds: list[GroupA],
     alone = [judge(s.at(Criteria(p.values()))) for s in seeds]
     found.facts["seeds"] = {"rule": f"with under {FEW_SEEDS} seeds each seed alone must "
                             "agree", "cells": few,
-                            "each": [{"verdict": a.verdict, "magnitude": a.magnitude}
+                            "each": [{"verdict": a.verdict, "direction": a.direction,
+                                      "magnitude": a.magnitude}
                                      for a in alone]}
-    seen = "/".join(a.verdict for a in alone)
-    if found.verdict in ("holds", "contradicted") and any(
-            a.verdict != found.verdict for a in alone):
-        found.verdict = "inconclusive"
+    seen = "/".join(a.direction for a in alone)
+    if found.direction in ("holds", "contradicted") and any(
+            a.direction != found.direction for a in alone):
+        found.direction = "inconclusive"
         found.value += f"; not on each seed alone ({seen})"
     if found.magnitude in ("holds", "contradicted") and any(
             a.magnitude != found.magnitude for a in alone):

@@ -457,7 +457,7 @@ def _judged(judge: Callable[[GroupA], Claim], g: GroupA, seeds: list[GroupA]
     def at(p: Criteria) -> Claim:
         here = g.at(p)
         found = judge(here)
-        if found.verdict != "not shown":
+        if found.direction != "not shown":
             found.resampled = here.resampled()
             on_each_seed(found, judge, here, seeds, p)
             if "margin_nats" in p.read and (spread := here.seed_spread()):

@@ -288,9 +288,9 @@ def a2_saves_nothing(b: Backbone) -> Claim:
         lambda p, q: ([b.test("mean loops", q["mean_loops_iv"], at_least, share * b.r)], []),
         f"{FINDINGS}: the router 'needs almost the full depth (7.99 loops)'")
     q = (b.pol or {}).get("probe") or {}
-    if row.verdict == "contradicted":  # a saving, but is it at matched quality?
+    if row.direction == "contradicted":  # a saving, but is it at matched quality?
         quality = b.test("CE - CE(R)", q["delta_ce"], at_most, m).verdict()
-        row.verdict = "contradicted" if quality == "holds" else "inconclusive"
+        row.direction = "contradicted" if quality == "holds" else "inconclusive"
     return row
 
 

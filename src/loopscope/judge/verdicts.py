@@ -9,7 +9,8 @@ A verdict is one of
 A claim of an effect holds when its interval excludes zero in the claimed direction;
 a claim of *no* effect holds when its interval lies inside a stated margin. Where a
 paper gives a magnitude, the magnitude gets its own verdict beside the direction, and a
-row's headline verdict is the two together (`headline`).
+row's verdict, the one counted, is the two together (`combined`): a record's `verdict`,
+with its parts `direction` and `magnitude`.
 
 The family-wise rule, the same for both papers: a claim made of k comparisons (every
 control, every step, every token type) holds when each holds on its own 95% interval
@@ -170,9 +171,12 @@ class Comparison:
         width = max(self.iv.hi - self.iv.lo, 1e-300)
         return min(self.iv.lo - lo, hi - self.iv.hi) / width
 
-    def record(self) -> dict[str, Any]:
+    def record(self, family: int = 1) -> dict[str, Any]:
+        """The comparison as data: its interval at the level of a family of `family`
+        comparisons (`level`: 0.95, or 1 - 0.05 / family), and its band."""
         lo, hi = self.band
-        return {"statistic": self.statistic, **self.iv.to_dict(),
+        return {"statistic": self.statistic, **self.at(family).to_dict(),
+                "level": 1 - ALPHA / max(family, 1),
                 "band": [None if math.isinf(lo) else lo, None if math.isinf(hi) else hi]}
 
 
@@ -181,18 +185,29 @@ def decide(tests: list[Comparison]) -> Verdict:
     return all_of([t.verdict() for t in tests], [t.verdict(len(tests)) for t in tests])
 
 
-def decisive(tests: list[Comparison]) -> Comparison | None:
-    """The comparison a claim's verdict turns on: the first that does not hold, else
-    the one that holds by the narrowest margin."""
+def decisive(tests: list[Comparison]) -> tuple[Comparison, int] | None:
+    """The comparison a claim's verdict (decide) turns on, and the family size of the
+    level its interval is shown at, the level it was judged at: where the claim is
+    contradicted, the first comparison contradicted at the Bonferroni level (its
+    interval wholly outside the band at that level); where inconclusive, the first that
+    does not hold at 95% (at the Bonferroni level its interval straddles the band: it
+    neither holds nor is contradicted); where it holds, the one that holds by the
+    narrowest margin, at 95% (inside the band)."""
     if not tests:
         return None
-    failing = [t for t in tests if t.verdict() != "holds"]
-    return failing[0] if failing else min(tests, key=Comparison.margin)
+    k = len(tests)
+    found = decide(tests)
+    if found == "contradicted":
+        return next(t for t in tests if t.verdict(k) == "contradicted"), k
+    if found == "inconclusive":
+        return next(t for t in tests if t.verdict() != "holds"), k
+    return min(tests, key=Comparison.margin), 1
 
 
-def headline(direction: Verdict, magnitude: Verdict | str) -> Verdict:
-    """A row's verdict with its magnitude: holds only where both hold, contradicted
-    where either is, otherwise inconclusive (the direction alone without a magnitude)."""
+def combined(direction: Verdict, magnitude: Verdict | str) -> Verdict:
+    """A row's verdict from its parts: holds only where the direction and the magnitude
+    both hold, contradicted where either is, otherwise inconclusive (the direction alone
+    where the row has no magnitude)."""
     if magnitude in ("n/a", "", None) or direction == "not shown":
         return direction
     both = (direction, magnitude)
@@ -209,14 +224,15 @@ class Claim:
     """One row of a claims table. In words: the claim, what the paper says (paper_says)
     and where (source), the criterion, ours (value); as data: the comparisons the
     direction and the magnitude are decided on (tests, magnitude_tests: their verdicts,
-    by the family-wise rule, are `verdict` and `magnitude`), kind (finding: a claim of
-    the paper | extension: beyond the paper | check: of the implementation)."""
+    by the family-wise rule, are `direction` and `magnitude`; `verdict` is the two
+    together, the one counted), kind (finding: a claim of the paper | extension: beyond
+    the paper | check: of the implementation)."""
 
     claim: str
     paper_says: str
     criterion: str
     value: str
-    verdict: Verdict
+    direction: Verdict
     magnitude: Verdict | Literal["n/a"] = "n/a"
     regime: str = ""  # paper B: where the backbones read stand against the paper's regime
     depth_use: str = ""  # paper B: the backbone's useful depth against R
@@ -230,18 +246,18 @@ class Claim:
     facts: dict[str, Any] = field(default_factory=dict)  # structured fields the stage adds
 
     @property
-    def headline(self) -> Verdict:
-        return headline(self.verdict, self.magnitude)
+    def verdict(self) -> Verdict:
+        """The row's verdict, the one counted: direction and magnitude together."""
+        return combined(self.direction, self.magnitude)
 
     def record(self) -> dict[str, Any]:
         """The row as data (tables/claims.json, its JSON Schema in tests/claims.schema.json)."""
-        found = decisive(self.tests)
+        found, mag = decisive(self.tests), decisive(self.magnitude_tests)
         out = {k: v for k, v in asdict(self).items()
                if k not in ("tests", "magnitude_tests", "facts")}
-        out["headline"] = self.headline
-        out["estimate"] = found.record() if found is not None else None
-        mag = decisive(self.magnitude_tests)
-        out["magnitude_estimate"] = mag.record() if mag is not None else None
+        out["verdict"] = self.verdict
+        out["estimate"] = found[0].record(found[1]) if found is not None else None
+        out["magnitude_estimate"] = mag[0].record(mag[1]) if mag is not None else None
         out["comparisons"] = len(self.tests)
         return {**out, **self.facts}
 

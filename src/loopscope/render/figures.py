@@ -262,7 +262,7 @@ def forest(rows: pd.DataFrame, title: str) -> Drawn:
     """The forest plot of a paper's claims (report_tables.forest_rows): a line per
     comparison, its interval as a distance from the band's nearer edge in widths of the
     interval (right of 0: inside the band, where the claim holds), coloured by the row's
-    headline verdict; a filled marker for a robust row, a hollow one for a fragile one,
+    verdict; a filled marker for a robust row, a hollow one for a fragile one,
     a square for a magnitude."""
     n = max(len(rows), 1)
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.32 * n))
@@ -309,7 +309,7 @@ def ordered(values: Iterable[str]) -> list[str]:
 def specification(rows: pd.DataFrame, title: str) -> Drawn | None:
     """Verdict against parameter for the fragile rows (report_tables.specification_rows):
     a panel per parameter, a line of dots per row, one dot per value tried, coloured by
-    the headline verdict there; the value judged at ringed. None: no fragile row."""
+    the verdict there; the value judged at ringed. None: no fragile row."""
     if not len(rows):
         return None
     params = list(dict.fromkeys(rows["parameter"]))
@@ -335,7 +335,7 @@ def specification(rows: pd.DataFrame, title: str) -> Drawn | None:
         ax.set(xlabel=name, ylim=(-0.5, len(names) - 0.5))
     fig.suptitle(title)
     finish(fig)
-    alt = (f"{title}: for each fragile row, its headline verdict at every value tried of "
+    alt = (f"{title}: for each fragile row, its verdict at every value tried of "
            f"the parameters that turn it ({', '.join(params)}); the value judged at is "
            "ringed.")
     return Drawn(fig, alt)

@@ -59,7 +59,7 @@ def criteria_values() -> dict[str, float]:
 
 def robustness(row: dict[str, Any]) -> str:
     """A row's robustness mark in words: "robust", or "fragile: " and the values of the
-    parameters that turn its headline verdict."""
+    parameters that turn its verdict."""
     r = row.get("robustness")
     if not r:
         return "-"
@@ -80,14 +80,14 @@ def _note(row: dict[str, Any]) -> str:
 def claims_view(paper: str, kind: str | None = None) -> pd.DataFrame:
     """One paper's rows ("paper_a" or "paper_b"; the mechanism checks: "mechanism_checks")
     for reading: the claim, its group or backbone, what the paper says and where, ours,
-    the criterion, the headline verdict (direction and magnitude together) with each
+    the criterion, the verdict (direction and magnitude together) with each
     part, the robustness mark, what the intervals resample and, for paper B, the regime.
     kind: only rows of that kind (finding, extension, check)."""
     rows = [r for r in claims()[paper] if kind is None or r["kind"] == kind]
     return pd.DataFrame([{
         "claim": r["claim"], "group": r.get("group", ""), "kind": r["kind"],
         "paper says": r["paper_says"], "where": r.get("source", ""), "ours": r["value"],
-        "criterion": r["criterion"], "verdict": r["headline"], "direction": r["verdict"],
+        "criterion": r["criterion"], "verdict": r["verdict"], "direction": r["direction"],
         "magnitude": r["magnitude"], "robustness": robustness(r),
         **({"regime": r["regime"]} if paper == "paper_b" else {}),
         "resampled": r.get("resampled", ""), "note": _note(r), "id": r.get("id", "")}
@@ -95,7 +95,7 @@ def claims_view(paper: str, kind: str | None = None) -> pd.DataFrame:
 
 
 def claims_intro(paper: str) -> str:
-    """The sentence above a paper's claims table: its findings' headline verdicts, how
+    """The sentence above a paper's claims table: its findings' verdicts, how
     many are fragile, the extensions apart, and the rules every row is decided by."""
     found = claims()
     rows = found[paper]
@@ -109,14 +109,14 @@ def claims_intro(paper: str) -> str:
             "declared range).")
     if extensions:
         line += (f" {len(extensions)} rows beyond the paper (extensions: "
-                 + ", ".join(f"{sum(r['headline'] == v for r in extensions)} {v}"
-                             for v in VERDICTS if any(r["headline"] == v for r in extensions))
+                 + ", ".join(f"{sum(r['verdict'] == v for r in extensions)} {v}"
+                             for v in VERDICTS if any(r["verdict"] == v for r in extensions))
                  + ") are not counted among its findings.")
     return line
 
 
 def rules_list() -> str:
-    """The rules every row is decided by (family-wise, seeds, headline), as a markdown
+    """The rules every row is decided by (family-wise, seeds, verdict), as a markdown
     list."""
     return "\n".join(f"- **{k}**: {v}" for k, v in claims()["rules"].items())
 
@@ -159,7 +159,7 @@ def band_distance(est: dict[str, Any]) -> tuple[float, float, float] | None:
 def forest_rows(paper: str) -> pd.DataFrame:
     """A row per comparison a paper's rows decide on (the direction's decisive one and
     the magnitude's), findings and extensions: label, part, its distance from the band
-    (band_distance), the row's headline verdict and robustness mark. Rows not shown or
+    (band_distance), the row's verdict and robustness mark. Rows not shown or
     without a finite band are left out."""
     out = []
     for r in claims()[paper]:
@@ -170,7 +170,7 @@ def forest_rows(paper: str) -> pd.DataFrame:
                 continue
             group = f" [{r['group']}]" if r.get("group") else ""
             out.append({"row": r["key"].replace("_", " ") + group, "part": part, "lo": found[0],
-                        "x": found[1], "hi": found[2], "verdict": r["headline"],
+                        "x": found[1], "hi": found[2], "verdict": r["verdict"],
                         "robust": (r.get("robustness") or {}).get("mark", "robust") == "robust",
                         "kind": r["kind"], "statistic": est["statistic"]})
     return pd.DataFrame(out)
@@ -178,7 +178,7 @@ def forest_rows(paper: str) -> pd.DataFrame:
 
 def specification_rows(paper: str) -> pd.DataFrame:
     """The specification curve of every row that a parameter turns: for each parameter
-    the row read and each value tried (the judged value too), the headline verdict
+    the row read and each value tried (the judged value too), the verdict
     there. Rows that no value turns are left out (their verdict is the same
     everywhere)."""
     found = claims()
@@ -197,7 +197,7 @@ def specification_rows(paper: str) -> pd.DataFrame:
                 out.append({"row": f"{r['key'].replace('_', ' ')} [{r.get('group', '')}]",
                             "parameter": name, "value": str(v),
                             "judged": name in judged and v == judged[name],
-                            "verdict": turns.get((name, str(v)), r["headline"])})
+                            "verdict": turns.get((name, str(v)), r["verdict"])})
     return pd.DataFrame(out)
 
 

@@ -54,12 +54,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def verdict(row: dict[str, Any]) -> str:
-    """A claim's headline verdict, its direction and magnitude beside it where the claim
-    has a magnitude, and "fragile" where a parameter's declared range turns it."""
+    """A claim's verdict, its direction and magnitude beside it where the claim has a
+    magnitude, and "fragile" where a parameter's declared range turns it."""
     mag = row.get("magnitude", "n/a")
-    out = row["headline"]
+    out = row["verdict"]
     if mag not in ("n/a", "", None):
-        out += f" (direction {row['verdict']}, magnitude {mag})"
+        out += f" (direction {row['direction']}, magnitude {mag})"
     if (row.get("robustness") or {}).get("mark") == "fragile":
         out += ", fragile"
     return out
@@ -225,7 +225,7 @@ def claims_sections(claims: dict[str, Any]) -> str:
                        + ", ".join(f"{n} {v}" for v, n in c.items() if n)
                        for p, c in claims["counts"].items())
     rules = "\n".join(f"- **{k}**: {v}" for k, v in claims["rules"].items())
-    return f"""What the committed run measured. Verdicts (headline: direction and magnitude
+    return f"""What the committed run measured. Verdicts (each the direction and the magnitude
 together): {counts}. How each claim is judged (the criterion, the intervals, the regime marks):
 [methods](methods.md). The reports draw the same numbers:
 [reports/html/index.html](../reports/html/index.html).
