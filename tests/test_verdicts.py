@@ -149,8 +149,9 @@ def test_a_row_record_carries_its_estimate_band_and_counts():
     row = claim("text", "paper", "criterion", "value", tests,
                 [Comparison("m", Interval(2.0, 1.5, 2.5, 40), at_least, (1.8,))], key="k")
     rec = row.record()
-    assert rec["estimate"] == {"statistic": "b", "value": 0.3, "lo": 0.1, "hi": 0.5,
-                               "units": 40, "level": 0.95, "band": [0.0, None]}
+    assert rec["estimate"] == {"statistic": "b", "unit": "", "value": 0.3, "lo": 0.1,
+                               "hi": 0.5, "level": 0.95, "resampling_units": 40,
+                               "paper": None, "band": [0.0, None]}
     assert rec["magnitude"] == "inconclusive" and rec["verdict"] == "inconclusive"
     assert rec["comparisons"] == 2 and rec["key"] == "k"
     assert not_shown("t", "p", "c", "why").record()["estimate"] is None

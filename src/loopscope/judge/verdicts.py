@@ -150,6 +150,8 @@ class Comparison:
     rule: Callable[..., Verdict]
     args: tuple[float, ...]
     level: Callable[[int], Interval] | None = None
+    unit: str = ""  # the statistic's own unit: nats, ratio, log10 ratio, loops, share, ...
+    paper: float | None = None  # the paper's number on the statistic's scale, where it gives one
 
     def at(self, family: int) -> Interval:
         if family <= 1:
@@ -175,8 +177,10 @@ class Comparison:
         """The comparison as data: its interval at the level of a family of `family`
         comparisons (`level`: 0.95, or 1 - 0.05 / family), and its band."""
         lo, hi = self.band
-        return {"statistic": self.statistic, **self.at(family).to_dict(),
-                "level": 1 - ALPHA / max(family, 1),
+        iv = self.at(family)
+        return {"statistic": self.statistic, "unit": self.unit, "value": iv.value,
+                "lo": iv.lo, "hi": iv.hi, "level": 1 - ALPHA / max(family, 1),
+                "resampling_units": iv.units, "paper": self.paper,
                 "band": [None if math.isinf(lo) else lo, None if math.isinf(hi) else hi]}
 
 
