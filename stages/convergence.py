@@ -37,7 +37,8 @@ from loopscope.weights.data import load_tokenizer
 
 READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows",
          "convergence.useful_share", "convergence.sensitivity_nats",
-         "convergence.sensitivity_shares", "convergence.bootstrap", "convergence.batch_size",
+         "convergence.sensitivity_shares", "convergence.sensitivity_epsilons",
+         "convergence.bootstrap", "convergence.batch_size",
          "policies.cross_epsilon")
 
 
@@ -49,7 +50,7 @@ def main(name: str) -> None:
     for r in trained_runs(name):
         runs.append(measure_run(r, tok, cfg, cross_epsilon))
         print(f"convergence {name} {r.tag}: {runs[-1].describe()}", flush=True)
-    metrics = cell_metrics(runs, cfg, cross_epsilon)
+    metrics = cell_metrics(runs, cfg, cross_epsilon, name)
     write_outputs("convergence", name, metrics, {"convergence": cell_table(runs, cfg.epsilon)})
     print(f"convergence {name}: {headline(metrics)}")
 

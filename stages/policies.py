@@ -33,7 +33,8 @@ def main(name: str) -> None:
         check_grid(rule, grid)
     sweeps = [sweep_run(r, cfg, params.convergence.windows, f"policies {name}")
               for r in trained_runs(name)]
-    metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap)
+    metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap,
+                                     name)
     write_outputs("policies", name, metrics, {"policies": pd.DataFrame(rows)})
     print(f"policies {name}: {headline(metrics)}")
 

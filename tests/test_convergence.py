@@ -20,6 +20,7 @@ from loopscope.measure.convergence import (
     headline,
     summarize,
 )
+from loopscope.measure.intervals import Documents, Sample
 from loopscope.measure.masked import PolicyResult
 from loopscope.measure.params import ConvergenceConfig
 from loopscope.measure.runs import document_window_sets
@@ -67,7 +68,7 @@ def trajectory(rng, content_depth=3.0, punct_depth=2.0, step_up=0.0):
 
 def metrics(**kw):
     traj, docs, types = trajectory(np.random.default_rng(0), **kw)
-    return summarize(traj, docs, types, R, 1e-3, ConvergenceConfig(bootstrap=300),
+    return summarize(traj, sample(docs, 300), types, R, 1e-3, ConvergenceConfig(bootstrap=300),
                      sampler_mean=R + 1.0, nominal_mean=float(R))
 
 
@@ -123,7 +124,7 @@ def test_a_period_two_state_is_measured_as_a_cycle():
     change = np.where(late, 1e-2, traj.change)
     change2 = np.where(late, 1e-4, traj.change2)
     cycling = dataclasses.replace(traj, change=change, change2=change2)
-    m = summarize(cycling, docs, types, R, 1e-3, ConvergenceConfig(bootstrap=200))
+    m = summarize(cycling, sample(docs, 200), types, R, 1e-3, ConvergenceConfig(bootstrap=200))
     c = m["cycle"]
     assert (c["late_from"], c["late_to"]) == (3 * R, 4 * R)
     assert abs(c["late_decay_per_loop"]["value"]) < 1e-9
@@ -151,7 +152,7 @@ def test_rare_types_are_listed_not_judged():
     traj, docs, types = trajectory(np.random.default_rng(1))
     types[types == 1][:] = 0
     types = np.where((types == 1) & (np.arange(len(types)) % 20 != 0), 0, types)
-    m = summarize(traj, docs, types, R, 1e-3, ConvergenceConfig(bootstrap=100))
+    m = summarize(traj, sample(docs, 100), types, R, 1e-3, ConvergenceConfig(bootstrap=100))
     assert m["types"]["rare"] == ["punctuation"]
     assert "punctuation" not in m["types"]["whitespace_minus"]
     assert TOKEN_TYPES[1] == "punctuation"
@@ -163,7 +164,7 @@ def test_cross_analysis_picks_its_best_depth_on_the_choose_windows():
     run = PolicyResult(traj.ce[1], np.full(n, 2), np.ones(n), np.zeros(n))
     choose = np.full(traj.depth, 5.0)
     choose[6] = 1.0  # depth 7 is best on choose, whatever report says
-    out = cross_analysis(traj, run, docs, choose, 100)
+    out = cross_analysis(traj, run, sample(docs, 100), choose)
     assert out["best_depth"] == 7 and out["best_depth_chosen_on"] == "choose"
     assert out["ce_best_depth"] == pytest.approx(traj.ce[6].mean())
 
@@ -222,14 +223,28 @@ def two_runs() -> list[RunConvergence]:
 CFG = ConvergenceConfig(epsilon=1e-3, bootstrap=200)
 
 
-def test_cell_metrics_pool_the_tokens_of_every_run():
+def sample(docs: np.ndarray, resamples: int) -> Sample:
+    """One run's tokens resampled by document."""
+    return Sample(Documents(docs, resamples), docs)
+
+
+def test_cell_metrics_pool_the_tokens_of_every_run_and_resample_their_seeds():
+    """Two runs: the pooled tokens' statistics, intervals that also resample the seeds,
+    and each seed's own summary beside them (the seed rule reads it)."""
     runs = two_runs()
-    m = cell_metrics(runs, CFG, 5e-4)
-    pooled = summarize(Trajectory.concat([r.traj for r in runs]),
-                       np.concatenate([r.docs for r in runs]),
+    m = cell_metrics(runs, CFG, 5e-4, "cell")
+    docs = np.concatenate([r.docs for r in runs])
+    pooled = summarize(Trajectory.concat([r.traj for r in runs]), sample(docs, 200),
                        np.concatenate([r.types for r in runs]), R, CFG.epsilon,
                        CFG, R + 1.0, float(R))
-    assert {k: m[k] for k in pooled} == pooled
+    assert m["ce_at_depth"] == pytest.approx(pooled["ce_at_depth"])
+    assert m["kl"] == pytest.approx(pooled["kl"])
+    gain, alone = m["elasticity"]["gain"], pooled["elasticity"]["gain"]
+    assert gain["value"] == pytest.approx(alone["value"]) and gain != alone  # seeds too
+    assert set(m["per_seed"]) == {"seed1", "seed2"}
+    one = cell_metrics(runs[:1], CFG, 5e-4, "cell")
+    assert m["per_seed"]["seed1"]["elasticity"] == one["elasticity"]
+    assert "per_seed" not in one and one["seeds"] == 1
     assert m["tokens"] == 2 * DOCS * PER_DOC and m["units"] == 2 * DOCS
     assert m["cross"]["best_depth"] == 5  # neither run's own best
     # the choose windows' own curve: the pooled mean per depth and its useful depth

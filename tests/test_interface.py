@@ -14,6 +14,7 @@ from loopscope.measure.clamp import clamp_metrics, clamp_run
 from loopscope.measure.convergence import summarize as convergence_summary
 from loopscope.measure.exits import KL, LatentDiff
 from loopscope.measure.extract import load_extract, write_extract
+from loopscope.measure.intervals import Documents, Sample
 from loopscope.measure.looped import LoopedModel, run_loops
 from loopscope.measure.masked import evaluate, masked_forward
 from loopscope.measure.params import ConvergenceConfig
@@ -119,7 +120,8 @@ def test_trajectories_and_convergence_run_on_any_looped_model():
     docs = np.repeat(np.arange(6), x.shape[1])
     types = np.zeros(x.numel(), dtype=np.int64)
     cfg = ConvergenceConfig(depth_factor=2, bootstrap=50, useful_share=0.02)
-    metrics = convergence_summary(traj, docs, types, m.loops, 1e-3, cfg)
+    metrics = convergence_summary(traj, Sample(Documents(docs, cfg.bootstrap), docs), types,
+                                  m.loops, 1e-3, cfg)
     assert metrics["max_depth"] == 2 * m.loops and 1 <= metrics["saturation"]["useful_depth"]
 
 

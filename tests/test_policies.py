@@ -26,6 +26,7 @@ from loopscope.measure.exits import (
     never_exits,
     rule_defaults,
 )
+from loopscope.measure.intervals import Documents, Sample
 from loopscope.measure.masked import PolicyResult, evaluate, masked_forward
 from loopscope.measure.policies import (
     SWEPT,
@@ -489,7 +490,8 @@ def constructed(report_shift=0.0):
 def summarized(match=0.01, report_shift=0.0):
     """summarize() on the constructed sweep (constructed)."""
     model, uniform, results, docs = constructed(report_shift)
-    metrics, table = summarize(model, uniform, results, docs, 4, match, resamples=200)
+    metrics, table = summarize(model, uniform, results, Sample(Documents(docs, 200), docs), 4,
+                               match)
     return model, metrics, table
 
 
@@ -528,7 +530,9 @@ def test_summarize_reports_on_the_report_windows_and_at_the_defaults():
     assert huginn["default"]["delta_ce"]["value"] == pytest.approx(0.006)
     assert set(huginn["default"]) == {"threshold", "mean_loops", "ce", "delta_ce",
                                       "flops_ratio", "flops_ratio_baseline",
-                                      "flops_ratio_iv", "flops_ratio_baseline_iv"}
+                                      "flops_ratio_iv", "flops_ratio_baseline_iv",
+                                      "flops_ratio_unchecked_iv",
+                                      "flops_ratio_baseline_unchecked_iv"}
     marked = {(row["rule"], row["threshold"]) for row in table if row["default"]}
     assert marked == {("kl", 1e-3), ("kl-huginn", 1e-3), ("kl-huginn", 5e-4), ("probe", 0.5)}
     assert {row["set"] for row in table} == {"choose", "report"}
@@ -550,7 +554,8 @@ def test_summarize_refuses_a_default_that_was_not_swept():
     uniform = {s: np.stack([ce, ce]) for s in ("choose", "report")}
     results = {("cosine", 0.0): {s: _result(ce, 2.0) for s in ("choose", "report")}}
     with pytest.raises(ValueError, match="cosine: threshold 0.001 was not swept"):
-        summarize(model, uniform, results, np.arange(10), 2, 0.01, 100)
+        docs = np.arange(10)
+        summarize(model, uniform, results, Sample(Documents(docs, 100), docs), 2, 0.01)
 
 
 def test_sweep_settings_gives_every_setting_its_own_masked_forward():
@@ -572,24 +577,38 @@ def test_sweep_settings_gives_every_setting_its_own_masked_forward():
 
 
 def split(model, uniform, results, docs, at: int) -> list[Sweep]:
-    """The constructed sweep as two runs of a cell: tokens before `at`, and the rest."""
-    def part(cut: slice) -> Sweep:
-        sweep = Sweep(model, 4, docs[cut], "document", {s: u[:, cut] for s, u in uniform.items()})
+    """The constructed sweep as two runs of a cell (seeds 1 and 2): tokens before `at`,
+    and the rest."""
+    def part(cut: slice, seed: int) -> Sweep:
+        sweep = Sweep(model, 4, docs[cut], "document", {s: u[:, cut] for s, u in uniform.items()},
+                      seed=seed)
         for s in SWEPT:
             sweep.results[s] = {key: PolicyResult(*(getattr(per_set[s], f)[cut] for f in
                                                     ("ce", "exit_loop", "checks", "last_angle")))
                                 for key, per_set in results.items()}
         return sweep
-    return [part(slice(0, at)), part(slice(at, None))]
+    return [part(slice(0, at), 1), part(slice(at, None), 2)]
 
 
-def test_summarize_sweeps_pools_the_runs_of_a_cell():
+def test_summarize_sweeps_pools_the_runs_of_a_cell_and_resamples_its_seeds():
+    """Two runs pooled: the same choice and point estimates as their tokens taken whole,
+    intervals that resample the seeds as well as the documents, and each seed's own
+    metrics beside them for the seed rule."""
     model, uniform, results, docs = constructed(report_shift=0.05)
+    uniform["report"] = uniform["report"].copy()
+    uniform["report"][3, 15:] += 0.004  # the second run's depth R a little worse
     sweeps = split(model, uniform, results, docs, 15)
-    metrics, rows = summarize_sweeps(sweeps, 0.01, 200)
-    whole, whole_rows = summarize(model, uniform, results, docs, 4, 0.01, resamples=200)
-    assert {k: metrics[k] for k in whole} == whole and rows == whole_rows
+    metrics, rows = summarize_sweeps(sweeps, 0.01, 200, "cell")
+    whole, whole_rows = summarize(model, uniform, results, Sample(Documents(docs, 200), docs),
+                                  4, 0.01)
+    assert rows == whole_rows and metrics["kl"]["threshold"] == whole["kl"]["threshold"]
+    got, alone = metrics["kl"]["delta_ce"], whole["kl"]["delta_ce"]
+    assert got["value"] == pytest.approx(alone["value"])
+    assert got["hi"] - got["lo"] > alone["hi"] - alone["lo"]  # the seeds resampled too
     assert (metrics["seeds"], metrics["unit"], metrics["units"]) == (2, "document", 8)
+    assert set(metrics["per_seed"]) == {"seed1", "seed2"}
+    one, _ = summarize_sweeps(sweeps[:1], 0.01, 200, "cell")
+    assert metrics["per_seed"]["seed1"]["kl"] == one["kl"] and "per_seed" not in one
 
 
 def test_the_policies_headline_names_every_rule():

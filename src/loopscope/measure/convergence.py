@@ -21,7 +21,7 @@ import pandas as pd
 from tokenizers import Tokenizer
 
 from loopscope.measure.exits import KL
-from loopscope.measure.intervals import Documents, Interval, bootstrap_mean, design_effect
+from loopscope.measure.intervals import Documents, Interval, Sample, design_effect
 from loopscope.measure.masked import PolicyResult, evaluate, pool
 from loopscope.measure.params import ConvergenceConfig
 from loopscope.measure.runs import Run
@@ -107,40 +107,37 @@ def first_below(kl: np.ndarray, eps: float) -> np.ndarray:
                     kl.shape[0] + 1).astype(np.int32)
 
 
-def _per_draw(boot: Documents, docs: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The document-resampled mean of each row of a (loops, tokens) array: (loops, draws)."""
-    return np.stack([boot.mean(docs, row) for row in rows])
+def _per_draw(sample: Sample, rows: np.ndarray) -> np.ndarray:
+    """The resampled mean of each row of a (loops, tokens) array: (loops, draws)."""
+    return np.stack([sample.mean(row) for row in rows])
 
 
-def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
+def summarize(traj: Trajectory, sample: Sample, types: np.ndarray, r: int,
               epsilon: float, cfg: ConvergenceConfig, sampler_mean: float | None = None,
               nominal_mean: float | None = None, parents: np.ndarray | None = None
               ) -> dict[str, Any]:
     """metrics/convergence/<cell>.json from a trajectory (tokens of all seeds pooled):
     per-depth and per-loop means, and every statistic a paper B claim is judged by with
-    its 95% interval from one set of document resamples (so differences are paired):
-    elasticity step by step, flatness past R, the decay of KL and state change, the
-    useful depth, the convergence loop and A1's exit loop, and the convergence loop by
-    token type (types: TOKEN_TYPES indices, -1 for tokens left out). docs: one document
-    per token; sampler_mean: the training sampler's E[r], and nominal_mean its nominal
-    mean m (Huginn's `mean`, E[r] = m + 1), recorded beside R. cfg: the
-    useful depth's share and sensitivity table, resamples (convergence params).
-    parents: the document of each token where the units are blocks within documents:
-    documents are resampled first (intervals.Documents)."""
+    its 95% interval from one set of resamples (sample: documents first where the units
+    are blocks within them, and the cell's seeds where it has several; so differences
+    are paired and training noise counted): elasticity step by step, flatness past R,
+    the decay of KL and state change, the useful depth, the convergence loop and A1's
+    exit loop (at epsilon, and at every convergence.sensitivity_epsilons), and the
+    convergence loop by token type (types: TOKEN_TYPES indices, -1 for tokens left out).
+    sampler_mean: the training sampler's E[r], and nominal_mean its nominal mean m
+    (Huginn's `mean`, E[r] = m + 1), recorded beside R. cfg: the useful depth's share
+    and sensitivity table, resamples (convergence params). parents: the document of
+    each token where the units are blocks (for the design effect)."""
     d = traj.depth
-    boot = Documents(docs, cfg.bootstrap, parents=parents)
-    iv = boot.interval
-    ce = _per_draw(boot, docs, traj.ce)  # (D, draws)
-    kl = _per_draw(boot, docs, np.nan_to_num(traj.kl[1:]))  # loops 2..D
-    change = _per_draw(boot, docs, traj.change)
-    conv = convergence_loop(traj.kl, epsilon)
-    exit_ = first_below(traj.kl, epsilon)
+    iv = sample.interval
+    ce = _per_draw(sample, traj.ce)  # (D, draws)
+    kl = _per_draw(sample, np.nan_to_num(traj.kl[1:]))  # loops 2..D
+    change = _per_draw(sample, traj.change)
     late = min(2 * r, d)
-    median, median_exit = boot.quantile(docs, conv, 0.5), boot.quantile(docs, exit_, 0.5)
     out: dict[str, Any] = {
         "r": r, "sampler_mean": sampler_mean, "nominal_mean": nominal_mean,
-        "max_depth": d,
-        "tokens": int(traj.ce.shape[1]), "units": len(boot.ids),
+        "max_depth": d, "tokens": int(traj.ce.shape[1]),
+        "units": len(sample.boot.ids), "seeds": sample.seeds,
         "ce_at_depth": {f"k{k}": float(v) for k, v in enumerate(ce[:, 0], 1)},
         "kl": {f"k{k}": float(v) for k, v in enumerate(kl[:, 0], 2)},
         "state_change": {f"k{k}": float(v) for k, v in enumerate(change[:, 0], 1)},
@@ -152,21 +149,32 @@ def summarize(traj: Trajectory, docs: np.ndarray, types: np.ndarray, r: int,
                         "log10_ratio": iv(np.log10(change[d - 1] / change[r - 1])).to_dict()},
         "saturation": saturation(ce, iv, cfg.useful_share, cfg.sensitivity_nats,
                                  cfg.sensitivity_shares),
-        "convergence": {
-            "epsilon": epsilon,
+        "convergence": _converged(traj, sample, r, epsilon),
+        "by_epsilon": [_converged(traj, sample, r, e) for e in cfg.sensitivity_epsilons],
+    }
+    out["types"] = _by_type(sample, convergence_loop(traj.kl, epsilon), types)
+    out["cycle"] = cycle(sample, traj, r)
+    if parents is not None:  # what resampling documents first does to an interval
+        out["design_effect"] = {"statistic": "mean CE at depth R", "value": design_effect(
+            sample.docs, traj.ce[r - 1], parents, cfg.bootstrap)}
+    return out
+
+
+def _converged(traj: Trajectory, sample: Sample, r: int, epsilon: float) -> dict[str, Any]:
+    """The convergence loop (KL stays below epsilon) and A1's exit loop (first drop
+    below it) at one epsilon: the median token's with interval and the share of
+    resamples at each loop, the mean, the share still changing after R (paper B's tail)
+    and after the last loop measured."""
+    conv, exit_ = convergence_loop(traj.kl, epsilon), first_below(traj.kl, epsilon)
+    median, median_exit = sample.quantile(conv, 0.5), sample.quantile(exit_, 0.5)
+    iv = sample.interval
+    return {"epsilon": epsilon,
             "median_loop": iv(median).to_dict(), "median_loop_shares": shares(median),
             "median_exit_loop": iv(median_exit).to_dict(),
             "median_exit_loop_shares": shares(median_exit),
             "mean_loop": float(conv.mean()),
-            "share_after_r": iv(boot.mean(docs, conv > r)).to_dict(),
-            "share_unsettled": float(np.mean(conv > d))},
-    }
-    out["types"] = _by_type(boot, docs, conv, types)
-    out["cycle"] = cycle(boot, docs, traj, r)
-    if parents is not None:  # what resampling documents first does to an interval
-        out["design_effect"] = {"statistic": "mean CE at depth R", "value": design_effect(
-            docs, traj.ce[r - 1], parents, cfg.bootstrap)}
-    return out
+            "share_after_r": iv(sample.mean(conv > r)).to_dict(),
+            "share_unsettled": float(np.mean(conv > traj.depth))}
 
 
 def _elasticity(ce: np.ndarray, iv: Callable[[np.ndarray], Interval], r: int
@@ -185,7 +193,7 @@ def _elasticity(ce: np.ndarray, iv: Callable[[np.ndarray], Interval], r: int
             "flat_depth": int(np.argmax(past[:, 0])) + r}
 
 
-def cycle(boot: Documents, docs: np.ndarray, traj: Trajectory, r: int) -> dict[str, Any]:
+def cycle(sample: Sample, traj: Trajectory, r: int) -> dict[str, Any]:
     """Does the state settle, or cycle? Over the late loops (the last R, D - R .. D) and,
     for contrast, R .. 2R: the one-step change's decay per loop,
     log10(change(end) / change(start)) / loops (a fixed point's keeps falling; a cycle's
@@ -196,23 +204,22 @@ def cycle(boot: Documents, docs: np.ndarray, traj: Trajectory, r: int) -> dict[s
     d = traj.depth
 
     def decay(start: int, end: int) -> dict[str, float]:
-        one = _per_draw(boot, docs, traj.change[[start - 1, end - 1]])
-        return boot.interval((np.log10(one[1]) - np.log10(one[0])) / (end - start)).to_dict()
+        one = _per_draw(sample, traj.change[[start - 1, end - 1]])
+        return sample.interval((np.log10(one[1]) - np.log10(one[0])) / (end - start)).to_dict()
 
     late = max(d - r, 2)
-    one = _per_draw(boot, docs, traj.change[late - 1:]).mean(0)
-    two = _per_draw(boot, docs, traj.change2[late - 1:]).mean(0)
+    one = _per_draw(sample, traj.change[late - 1:]).mean(0)
+    two = _per_draw(sample, traj.change2[late - 1:]).mean(0)
     return {"late_from": late, "late_to": d,
             "late_decay_per_loop": decay(late, d),
             "early_decay_per_loop": decay(r, min(2 * r, d)),
-            "two_step_ratio": boot.interval(two / one).to_dict(),
-            "period2_share": boot.interval(
-                boot.mean(docs, (traj.change2[-1] < traj.change[-1]).astype(np.float64)))
+            "two_step_ratio": sample.interval(two / one).to_dict(),
+            "period2_share": sample.interval(
+                sample.mean((traj.change2[-1] < traj.change[-1]).astype(np.float64)))
             .to_dict()}
 
 
-def _by_type(boot: Documents, docs: np.ndarray, conv: np.ndarray, types: np.ndarray
-             ) -> dict[str, Any]:
+def _by_type(sample: Sample, conv: np.ndarray, types: np.ndarray) -> dict[str, Any]:
     """The convergence loop per token type (tokens typed -1 left out), and the paired
     differences paper B's order is judged by: whitespace minus, and content words
     minus, every other type common enough to judge (at least SMALLEST_TYPE of the
@@ -228,17 +235,16 @@ def _by_type(boot: Documents, docs: np.ndarray, conv: np.ndarray, types: np.ndar
         out[name] = {"share": share, "mean_loop": float(conv[mask].mean()),
                      "median_loop": float(np.median(conv[mask]))}
         out["judged" if share >= SMALLEST_TYPE else "rare"].append(name)
-        means[name] = boot.total(docs, conv * mask) / np.maximum(boot.total(docs, mask), 1)
+        means[name] = sample.total(conv * mask) / np.maximum(sample.total(mask), 1)
     for lead, key in (("whitespace", "whitespace_minus"), ("content word", "content_minus")):
         if lead in out["judged"]:
-            out[key] = {t: boot.interval(means[lead] - means[t]).to_dict()
+            out[key] = {t: sample.interval(means[lead] - means[t]).to_dict()
                         for t in out["judged"] if t != lead}
     return out
 
 
-def cross_analysis(traj: Trajectory, run: PolicyResult, docs: np.ndarray,
-                   choose_ce: np.ndarray, resamples: int, parents: np.ndarray | None = None
-                   ) -> dict[str, Any]:
+def cross_analysis(traj: Trajectory, run: PolicyResult, sample: Sample,
+                   choose_ce: np.ndarray) -> dict[str, Any]:
     """Paper B's KL exit on a cell (tokens of all seeds pooled): where it fires, the CE
     there against the best uniform depth, and how far the state still turned at the
     exit (a scale-drifting state freezes: a small angle, not a converged one).
@@ -254,8 +260,7 @@ def cross_analysis(traj: Trajectory, run: PolicyResult, docs: np.ndarray,
         "ce_at_exit": float(run.ce.mean()),
         "best_depth": best + 1, "best_depth_chosen_on": "choose",
         "ce_best_depth": float(traj.ce[best].mean()),
-        "delta_ce": bootstrap_mean(run.ce - traj.ce[best], docs, resamples,
-                                   parents=parents).to_dict(),
+        "delta_ce": sample.interval(sample.mean(run.ce - traj.ce[best])).to_dict(),
         "angle_at_exit": float(run.last_angle.mean()),
         "angle_at_best_depth": float(traj.angle[best].mean()),
     }
@@ -329,32 +334,52 @@ def cell_table(runs: list[RunConvergence], epsilon: float) -> pd.DataFrame:
     return pd.concat([r.table(epsilon) for r in runs], ignore_index=True)
 
 
-def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsilon: float
-                 ) -> dict[str, Any]:
-    """metrics/convergence/<cell>.json: summarize and cross_analysis over the tokens of
-    every run pooled, so intervals resample documents across the cell's seeds, and the
-    `choose` windows' CE per depth and useful depth (where recipes are chosen). R, the
-    training sampler and the resampling unit are those of the cell, the same in every
-    run."""
-    traj = Trajectory.concat([r.traj for r in runs])
+def _sample(runs: list[RunConvergence], resamples: int, key: str) -> Sample:
+    """The resamples of the runs' `report` tokens: documents first where the units are
+    blocks within them, and the runs (seeds) too where there are several."""
     docs = np.concatenate([r.docs for r in runs])
+    parents = (None if runs[0].parents is None
+               else np.concatenate([r.parents for r in runs]))
+    seeds = (np.concatenate([np.full(len(r.docs), r.seed) for r in runs])
+             if len(runs) > 1 else None)
+    return Sample(Documents(docs, resamples, parents=parents), docs, seeds, key)
+
+
+def _summary(runs: list[RunConvergence], cfg: ConvergenceConfig, key: str
+             ) -> tuple[dict[str, Any], Trajectory, Sample]:
+    """summarize over the tokens of the runs pooled (sample: _sample)."""
+    traj = Trajectory.concat([r.traj for r in runs])
+    sample = _sample(runs, cfg.bootstrap, key)
     cell = runs[0]
     parents = None if cell.parents is None else np.concatenate([r.parents for r in runs])
-    metrics = summarize(traj, docs, np.concatenate([run.types for run in runs]), cell.r,
+    metrics = summarize(traj, sample, np.concatenate([run.types for run in runs]), cell.r,
                         cfg.epsilon, cfg, cell.sampler_mean, cell.nominal_mean, parents)
+    return metrics, traj, sample
+
+
+def cell_metrics(runs: list[RunConvergence], cfg: ConvergenceConfig, cross_epsilon: float,
+                 key: str = "") -> dict[str, Any]:
+    """metrics/convergence/<cell>.json: summarize and cross_analysis over the tokens of
+    every run pooled, so intervals resample documents and, for a cell of several seeds,
+    its seeds; each seed's own summary apart (`per_seed`, for the seed rule: with under
+    3 seeds a verdict stands only where each seed alone agrees); and the `choose`
+    windows' CE per depth and useful depth (where recipes are chosen). R, the training
+    sampler and the resampling unit are those of the cell, the same in every run. key:
+    the cell's name (its seeds' resamples are drawn by it)."""
+    metrics, traj, sample = _summary(runs, cfg, key)
     choose_ce = np.concatenate([r.choose_ce for r in runs], axis=1).mean(axis=1)
-    metrics["cross"] = cross_analysis(traj, pool([r.exits for r in runs]), docs, choose_ce,
-                                      cfg.bootstrap, parents)
+    metrics["cross"] = cross_analysis(traj, pool([r.exits for r in runs]), sample, choose_ce)
     metrics["cross"]["epsilon"] = cross_epsilon
     # The `choose` windows' curve and useful depth: what a recipe is chosen on (the
     # depth-use search, loopscope.tools.levers), away from the `report` windows it is judged on
     metrics["choose"] = {
         "ce_at_depth": {f"k{k}": float(v) for k, v in enumerate(choose_ce, 1)},
         "useful_depth": int(useful_depth(choose_ce, share=cfg.useful_share))}
-    metrics["seeds"] = len(runs)
-    metrics["unit"] = cell.unit
-    if parents is not None:
-        metrics["documents"] = int(len(np.unique(parents)))
+    metrics["unit"] = runs[0].unit
+    if runs[0].parents is not None:
+        metrics["documents"] = int(sample.boot.top)
+    if len(runs) > 1:
+        metrics["per_seed"] = {f"seed{r.seed}": _summary([r], cfg, key)[0] for r in runs}
     return metrics
 
 

@@ -83,8 +83,11 @@ class Documents:
         rng = np.random.default_rng(seed)
         if parents is None:
             draws = rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)
+            self.top = k
         else:
-            draws = _nested_draws(rng, self._parent_of(np.asarray(docs), parents), resamples)
+            parent = self._parent_of(np.asarray(docs), parents)
+            draws = _nested_draws(rng, parent, resamples)
+            self.top = len(np.unique(parent))
         self.weights = np.vstack([np.ones(k), draws.astype(np.float64)])
         self._runs: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
 
@@ -155,10 +158,41 @@ class Documents:
     def interval(self, draws: np.ndarray, family: int = 1) -> Interval:
         """The statistic with its 95% percentile interval over the resamples, and the
         number of units it rests on. family: the number of comparisons the interval is
-        one of; the level is then 1 - 0.05 / family (Bonferroni)."""
+        one of; the level is then 1 - 0.05 / family (Bonferroni). The units it rests on
+        are what is resampled first: the documents, where blocks within them are the
+        units (their count is what decides whether an interval can be trusted)."""
         tail = ALPHA / 2 / family
         lo, hi = np.nanquantile(draws[1:], [tail, 1 - tail])
-        return Interval(float(draws[0]), float(lo), float(hi), len(self.ids))
+        return Interval(float(draws[0]), float(lo), float(hi), self.top)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The tokens of one cell as its statistics read them: each token's resampling unit
+    (docs) and, where the cell has several trained runs, its run (runs: the seed), with
+    the resamples (boot) every statistic of the cell shares, so that differences are
+    paired and every interval counts the seeds as well as the documents (Documents)."""
+
+    boot: Documents
+    docs: np.ndarray
+    runs: np.ndarray | None = None
+    key: str = ""  # the cell's name: its run resamples are drawn once per name
+
+    def total(self, values: np.ndarray) -> np.ndarray:
+        return self.boot.total(self.docs, values, self.runs, self.key)
+
+    def mean(self, values: np.ndarray) -> np.ndarray:
+        return self.boot.mean(self.docs, values, self.runs, self.key)
+
+    def quantile(self, values: np.ndarray, q: float) -> np.ndarray:
+        return self.boot.quantile(self.docs, values, q, self.runs, self.key)
+
+    def interval(self, draws: np.ndarray, family: int = 1) -> Interval:
+        return self.boot.interval(draws, family)
+
+    @property
+    def seeds(self) -> int:
+        return 1 if self.runs is None else int(len(np.unique(self.runs)))
 
 
 def _nested_draws(rng: np.random.Generator, parent: np.ndarray, resamples: int

@@ -67,6 +67,8 @@ class ConvergenceConfig(Section):
     useful_share: float = 0.02  # useful depth: within this share of CE(1) - CE(best)
     sensitivity_nats: list[float] = _list(0.001, 0.003, 0.01, 0.02)
     sensitivity_shares: list[float] = _list(0.01, 0.02, 0.05, 0.1)
+    # the median convergence loop and the tail recomputed at these KL epsilons too
+    sensitivity_epsilons: list[float] = _list(5e-4, 1e-3, 2e-3)
     bootstrap: int = 1000  # resamples of documents behind every interval
     batch_size: int = 16
 
@@ -80,6 +82,8 @@ class ConvergenceConfig(Section):
                 "a list of tolerances >= 0 (nats)")
         require("sensitivity_shares", all(0 < v < 1 for v in self.sensitivity_shares),
                 "a list of shares in (0, 1)")
+        require("sensitivity_epsilons", all(v > 0 for v in self.sensitivity_epsilons),
+                "a list of KL thresholds > 0")
 
 
 @dataclass

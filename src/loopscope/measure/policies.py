@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from loopscope.measure.exits import RULES, make, never_exits, rule_defaults
-from loopscope.measure.intervals import Documents
+from loopscope.measure.intervals import Documents, Sample
 from loopscope.measure.looped import LoopedModel
 from loopscope.measure.masked import (
     Loop,
@@ -63,10 +63,13 @@ class Outcome:
     flops: float  # mean forward FLOPs per token
     checks: np.ndarray | None = None  # per token (None: uniform depth, no checks)
 
-    def token_flops(self, model: LoopedModel) -> np.ndarray:
-        """Per-token forward FLOPs (policies.token_flops), for the intervals."""
-        checks = np.zeros_like(self.loops) if self.checks is None else self.checks
-        return token_flops(model, self.loops, checks, RULES[self.rule].needs_logits)
+    def token_flops(self, model: LoopedModel, checks: bool = True) -> np.ndarray:
+        """Per-token forward FLOPs (policies.token_flops), for the intervals; checks:
+        whether the exit checks are counted (paper B's FLOPs proxy, mean depth, does not
+        count them)."""
+        counted = (np.zeros_like(self.loops) if self.checks is None or not checks
+                   else self.checks)
+        return token_flops(model, self.loops, counted, RULES[self.rule].needs_logits)
 
     @property
     def mean_ce(self) -> float:
@@ -136,22 +139,38 @@ class Sweep:
     uniform: dict[str, np.ndarray] = field(default_factory=dict)
     results: dict[str, dict[tuple[str, float], PolicyResult]] = field(default_factory=dict)
     parents: np.ndarray | None = None  # each `report` token's document, for blocks
+    seed: int = 0  # the run's seed
 
 
-def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int
+def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int, key: str = ""
                      ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """metrics/policies/<cell>.json and the frontier rows of a cell: summarize over the
     tokens of every run pooled (per set and setting), so the choice of a threshold and
-    every interval pool the cell's seeds; with the seed count and resampling units."""
+    every interval pool the cell's seeds (the intervals resample the seeds too, key: the
+    cell's name); with the seed count and resampling units, and, for a cell of several
+    seeds, each seed's own metrics (`per_seed`: its threshold chosen on its own `choose`
+    windows; the seed rule reads them)."""
+    metrics, rows = _pooled(sweeps, match, resamples, key)
+    metrics["seeds"] = len(sweeps)
+    if len(sweeps) > 1:
+        metrics["per_seed"] = {f"seed{w.seed}": _pooled([w], match, resamples, key)[0]
+                               for w in sweeps}
+    return metrics, rows
+
+
+def _pooled(sweeps: list[Sweep], match: float, resamples: int, key: str
+            ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """summarize over the tokens of the sweeps pooled."""
     cell = sweeps[0]
     uniform = {s: np.concatenate([w.uniform[s] for w in sweeps], axis=1) for s in cell.uniform}
-    results = {key: {s: pool([w.results[s][key] for w in sweeps]) for s in cell.results}
-               for key in cell.results[SWEPT[0]]}
+    results = {k: {s: pool([w.results[s][k] for w in sweeps]) for s in cell.results}
+               for k in cell.results[SWEPT[0]]}
     docs = np.concatenate([w.docs for w in sweeps])
     parents = None if cell.parents is None else np.concatenate([w.parents for w in sweeps])
-    metrics, rows = summarize(cell.model, uniform, results, docs, cell.r, match,
-                              resamples, parents)
-    metrics["seeds"] = len(sweeps)
+    seeds = (np.concatenate([np.full(len(w.docs), w.seed) for w in sweeps])
+             if len(sweeps) > 1 else None)
+    sample = Sample(Documents(docs, resamples, parents=parents), docs, seeds, key)
+    metrics, rows = summarize(cell.model, uniform, results, sample, cell.r, match)
     metrics.update(Units(docs, cell.unit, parents).describe())
     return metrics, rows
 
@@ -169,17 +188,17 @@ def headline(metrics: dict[str, Any]) -> str:
 @dataclass
 class _Report:
     """What every number of a cell's policies metrics is read against on the `report`
-    windows: one set of resamples of their units (so every interval is paired), uniform
-    depth R's outcome and the baseline's, uniform depth min(R, M)."""
+    windows: one set of resamples of their units and the cell's seeds (sample: so every
+    interval is paired and counts training noise), uniform depth R's outcome and the
+    baseline's, uniform depth min(R, M)."""
 
     model: LoopedModel
-    boot: Documents
-    docs: np.ndarray
+    sample: Sample
     base: Outcome
     baseline: Outcome
 
     def interval(self, values: np.ndarray) -> dict[str, float]:
-        return self.boot.interval(self.boot.mean(self.docs, values)).to_dict()
+        return self.sample.interval(self.sample.mean(values)).to_dict()
 
     def delta(self, o: Outcome) -> dict[str, float]:
         """CE - CE(R) with its interval."""
@@ -187,14 +206,18 @@ class _Report:
 
     def measured(self, o: Outcome) -> dict[str, Any]:
         """A setting's outcome: loops, CE, and FLOPs against depth R's and the
-        baseline's, with intervals (depth R's FLOPs are fixed)."""
-        flops = self.boot.mean(self.docs, o.token_flops(self.model))  # per draw
+        baseline's, with intervals (depth R's FLOPs are fixed): its checks counted, and
+        not counted (paper B's proxy)."""
+        iv = self.sample.interval
+        flops = self.sample.mean(o.token_flops(self.model))  # per draw
+        bare = self.sample.mean(o.token_flops(self.model, checks=False))
         return {"threshold": o.threshold, "mean_loops": o.mean_loops, "ce": o.mean_ce,
                 "delta_ce": self.delta(o), "flops_ratio": o.flops / self.base.flops,
                 "flops_ratio_baseline": o.flops / self.baseline.flops,
-                "flops_ratio_iv": self.boot.interval(flops / self.base.flops).to_dict(),
-                "flops_ratio_baseline_iv":
-                    self.boot.interval(flops / self.baseline.flops).to_dict()}
+                "flops_ratio_iv": iv(flops / self.base.flops).to_dict(),
+                "flops_ratio_baseline_iv": iv(flops / self.baseline.flops).to_dict(),
+                "flops_ratio_unchecked_iv": iv(bare / self.base.flops).to_dict(),
+                "flops_ratio_baseline_unchecked_iv": iv(bare / self.baseline.flops).to_dict()}
 
 
 def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome], target: float,
@@ -209,6 +232,7 @@ def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome], targe
     return {
         "matched": True, **rep.measured(got),
         "mean_loops_iv": rep.interval(got.loops.astype(np.float64)),
+        "loops_ratio_iv": rep.interval(got.loops / rep.base.threshold),
         "loops_ratio_baseline": got.mean_loops / baseline_depth,
         "default": defaults[0], "defaults": defaults,
         # the grid's most aggressive setting matched: the grid may stop too early
@@ -217,9 +241,8 @@ def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome], targe
 
 
 def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
-              results: dict[tuple[str, float], dict[str, PolicyResult]], docs: np.ndarray,
-              r: int, match: float, resamples: int, parents: np.ndarray | None = None
-              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+              results: dict[tuple[str, float], dict[str, PolicyResult]], sample: Sample,
+              r: int, match: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """metrics/policies/<cell>.json and the frontier rows, from pooled per-token results.
 
     uniform[set]: CE per depth 1..R and token, (R, N). results[(rule, threshold)][set].
@@ -228,16 +251,15 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
     claim's (match_nats), so that the CE difference measured on `report`, where every
     reported number comes from, is not at the claim's margin by construction. The same
     choice gives A0's matched depth M; min(R, M) is the honest baseline a policy's FLOPs
-    are also read against. Intervals resample the units of `report` (docs), documents
-    first where the units are blocks within them (parents).
+    are also read against. Intervals resample the `report` tokens' units (sample:
+    documents first where the units are blocks within them, and the seeds).
     """
     choose = match / 2
     outcomes = outcomes_of(model, uniform, results)
     base = {s: group["uniform"][r - 1] for s, group in outcomes.items()}
     report_uniform = outcomes["report"]["uniform"]
     m = int(matched(outcomes["choose"]["uniform"], base["choose"].mean_ce, choose).threshold)
-    rep = _Report(model, Documents(docs, resamples, parents=parents), docs, base["report"],
-                  report_uniform[min(r, m) - 1])
+    rep = _Report(model, sample, base["report"], report_uniform[min(r, m) - 1])
     metrics: dict[str, Any] = {
         "r": r, "match_nats": match, "choose_nats": choose,
         "uniform": {"ce": {f"k{o.threshold}": o.mean_ce for o in report_uniform},
@@ -267,7 +289,7 @@ def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str) -> Sweep:
     probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, r, batch, keep_states=r - 1), r)
     report = sets["report"]
     sweep = Sweep(run.model, r, report.token_docs(), report.unit,
-                  parents=report.token_parents())
+                  parents=report.token_parents(), seed=run.cell.train.seed)
     for s in SWEPT:
         w = sets[s]
         sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, r, batch)
