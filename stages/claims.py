@@ -19,7 +19,8 @@ READS = ("cells", "policies.cells", "diagnose.bootstrap",
          "claims.tail_factor", "claims.tail_share", "claims.slope_band",
          "claims.flat_nats", "claims.regime", "claims.tail_floor", "claims.tail_band",
          "claims.kl_factor", "claims.median_band", "claims.a2_share",
-         "claims.noninferiority_nats", "claims.floor_decades", "claims.contrast_decades")
+         "claims.noninferiority_nats", "claims.a1_band", "claims.floor_decades",
+         "claims.contrast_decades")
 
 
 def main() -> None:

@@ -71,16 +71,20 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
 
 
 def policy(loops, delta=0.0, flops_baseline=0.7, matched=True, threshold=1e-3, r=8,
-           flops=0.6):
-    """A rule's metrics at its chosen setting; mean loops cannot pass the cap R."""
+           flops=0.6, unchecked=0.63):
+    """A rule's metrics at its chosen setting; mean loops cannot pass the cap R. flops:
+    its FLOPs / depth R's with its checks counted, unchecked: without."""
     if not matched:
         return {"matched": False}
     spread = min(0.2, r - loops)
     return {"matched": True, "threshold": threshold, "mean_loops": loops,
             "mean_loops_iv": iv(loops, loops - spread, loops + spread),
+            "loops_ratio_iv": iv(loops / r, (loops - spread) / r, (loops + spread) / r),
             "delta_ce": narrow(delta), "flops_ratio": flops,
             "flops_ratio_baseline": flops_baseline, "flops_ratio_iv": narrow(flops, 0.03),
-            "flops_ratio_baseline_iv": narrow(flops_baseline, 0.03)}
+            "flops_ratio_baseline_iv": narrow(flops_baseline, 0.03),
+            "flops_ratio_unchecked_iv": narrow(unchecked, 0.02),
+            "flops_ratio_baseline_unchecked_iv": narrow(unchecked * 8 / 7, 0.02)}
 
 
 def pol(r=8, kl=None, probe=None, baseline=7):
@@ -231,23 +235,44 @@ def test_a1_is_non_inferiority_with_the_upper_bound_at_the_margin():
         == "holds"
 
 
-def test_a1_magnitude_reads_loops_against_the_matching_uniform_depth():
-    found = verdicts(conv(), pol(kl=policy(6.5), baseline=6))["a1_fewer_loops"]
-    assert (found.direction, found.magnitude) == ("holds", "contradicted")
-    assert "uniform depth 6" in found.value
+def test_a1_magnitude_is_the_papers_share_of_r_and_the_baseline_an_extension():
+    """A1 at 6.5 of 8 loops: fewer than R (the direction holds), but not the paper's
+    4.94 / 8 (the magnitude is contradicted); against a matching uniform depth of 6 it
+    runs more loops, which only the extension beside it says."""
+    found = verdicts(conv(), pol(kl=policy(6.5), baseline=6))
+    a1 = found["a1_fewer_loops"]
+    assert (a1.direction, a1.magnitude) == ("holds", "contradicted")
+    below = found["a1_below_baseline"]
+    assert (below.kind, below.extends) == ("extension", "a1_fewer_loops")
+    assert below.direction == "contradicted" and "uniform depth 6" in below.value
+    assert verdicts(conv(), pol())["a1_below_baseline"].direction == "holds"
 
 
 @pytest.mark.parametrize("kl, verdict, magnitude", [
-    (policy(5.0, flops=0.6, flops_baseline=0.8), "holds", "holds"),
-    # fewer loops, but the checks cost more than they save: as many FLOPs as depth R
-    (policy(5.0, flops=1.0, flops_baseline=1.5), "inconclusive", "contradicted"),
-    (policy(5.0, flops=1.1, flops_baseline=1.5), "contradicted", "contradicted"),
-    (policy(5.0, flops=0.8, flops_baseline=1.0), "holds", "inconclusive"),
+    (policy(5.0, unchecked=0.63), "holds", "holds"),
+    (policy(5.0, unchecked=0.80), "holds", "contradicted"),  # a smaller saving than 38%
+    (policy(5.0, unchecked=0.69), "holds", "inconclusive"),  # straddles 0.62 + 0.0625
+    (policy(5.0, unchecked=1.0), "inconclusive", "contradicted"),
+    (policy(5.0, unchecked=1.1), "contradicted", "contradicted"),
     (policy(0, matched=False), "inconclusive", "n/a"),
 ])
-def test_a1_compute_is_its_own_row_with_flop_intervals(kl, verdict, magnitude):
+def test_a1_compute_is_the_papers_proxy_with_checks_not_counted(kl, verdict, magnitude):
     found = verdicts(conv(), pol(kl=kl, baseline=6))["a1_saves_compute"]
     assert (found.direction, found.magnitude) == (verdict, magnitude)
+
+
+@pytest.mark.parametrize("flops, flops_baseline, verdict", [
+    (0.6, 0.8, "holds"),
+    # fewer loops, but the checks cost more than they save: as many FLOPs as depth R
+    (1.0, 1.5, "contradicted"),   # against the baseline, wholly above 1
+    (1.1, 1.5, "contradicted"),
+    (0.8, 1.0, "inconclusive"),
+])
+def test_a1_with_its_checks_counted_is_an_extension(flops, flops_baseline, verdict):
+    found = verdicts(conv(), pol(kl=policy(5.0, flops=flops, flops_baseline=flops_baseline),
+                                 baseline=6))["a1_saves_counted"]
+    assert (found.kind, found.extends, found.direction) == ("extension", "a1_saves_compute",
+                                                            verdict)
 
 
 @pytest.mark.parametrize("probe, verdict", [
@@ -351,3 +376,36 @@ def test_paper_b_rows_say_what_they_resample_and_that_one_seed_conditions_them()
 def test_paper_b_claims_are_not_shown_without_a_backbone():
     found = paper_b_claims({}, {}, None, None, VALUES)
     assert found and {c.direction for c in found} == {"not shown"}
+
+
+def test_a_backbone_of_two_seeds_decides_only_where_each_seed_alone_agrees():
+    """The pooled metrics hold on every finding; the second seed's own elasticity has a
+    step that makes CE worse: with 2 seeds (under 3) the row turns inconclusive and says
+    why, while the rows on which both seeds agree keep their verdicts."""
+    bad = conv(steps=worse_step(3, 0.03, 0.05))
+    two = {**conv(), "seeds": 2, "per_seed": {"seed42": conv(), "seed43": bad}}
+    pols = {**pol(), "per_seed": {"seed42": pol(), "seed43": pol()}}
+    found = {r.key: r for r in paper_b_claims({"main": two}, {"main": pols}, "main", None,
+                                              VALUES)}
+    assert verdicts(conv(), pol(), second=False)["elasticity"].direction == "holds"
+    row = found["elasticity"]
+    assert row.direction == "inconclusive" and "not on each seed alone" in row.value
+    assert [s["direction"] for s in row.facts["seeds"]["each"]] == ["holds", "contradicted"]
+    assert found["flat_past_r"].direction == "holds"  # both seeds agree
+    assert found["a1_fewer_loops"].verdict == "holds"
+    one = {r.key: r for r in paper_b_claims({"main": conv(steps=worse_step(3, 0.03, 0.05))},
+                                            {"main": pol()}, "main", None, VALUES)}
+    assert one["elasticity"].direction == "contradicted"  # one seed: its own verdict
+
+
+def test_the_median_and_tail_are_swept_over_the_measured_kl_epsilons():
+    c = conv()
+    c["by_epsilon"] = [{**c["convergence"], "epsilon": e} for e in (5e-4, 1e-3, 2e-3)]
+    c["by_epsilon"][2] = {**c["by_epsilon"][2], "share_after_r": iv(0.005)}  # no tail there
+    found = verdicts(c, pol())
+    tail = found["tail"].facts["robustness"]
+    assert tail["swept"]["KL epsilon"] == [5e-4, 1e-3, 2e-3]
+    assert tail["mark"] == "fragile"
+    assert tail["turns"] == [{"parameter": "KL epsilon", "value": 2e-3,
+                              "verdict": "contradicted"}]
+    assert "KL epsilon" in found["median_convergence"].facts["robustness"]["swept"]

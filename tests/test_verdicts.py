@@ -140,7 +140,7 @@ def test_a_specification_curve_marks_a_row_fragile_with_the_values_that_turn_it(
     steady = specification(
         lambda p: claim("x", "", "", "", [Comparison("x", Interval(1, 0.9, 1.1), effect, (1,))]),
         Criteria(VALUES))
-    assert steady.facts["robustness"] == {"mark": "robust", "swept": {}, "turns": []}
+    assert steady.facts["robustness"] == {"mark": "not swept", "swept": {}, "turns": []}
 
 
 def test_a_row_record_carries_its_estimate_band_and_counts():

@@ -5,7 +5,8 @@ data, and how its recipe differs from paper B's. The claims are loopscope.judge.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loopscope.judge.criteria import Criteria
@@ -99,10 +100,29 @@ class Backbone:
         return units + (f" x {seeds} seeds" if seeds > 1 else
                         ", one seed: conditional on that trained model")
 
-    def test(self, statistic: str, raw: dict[str, float], rule: Any, *args: float) -> Comparison:
-        """A comparison on a stored 95% interval (widened for a family)."""
+    def test(self, statistic: str, raw: dict[str, float], rule: Any, *args: float,
+             unit: str = "", paper: float | None = None) -> Comparison:
+        """A comparison on a stored 95% interval (widened for a family): the statistic's
+        unit, and the paper's number on its scale where it gives one."""
         iv = Interval.of(raw)
-        return Comparison(statistic, iv, rule, args, lambda k: widened(iv, k))
+        return Comparison(statistic, iv, rule, args, lambda k: widened(iv, k), unit, paper)
+
+    def at_epsilon(self, epsilon: float) -> Backbone:
+        """This backbone with its convergence loop read at another KL epsilon (one the
+        convergence stage measured: `by_epsilon`)."""
+        found = [c for c in self.conv.get("by_epsilon", [])
+                 if math.isclose(c["epsilon"], epsilon, rel_tol=1e-9)]
+        if not found:
+            raise KeyError(f"{self.name}: no convergence measured at KL epsilon {epsilon:g}")
+        return replace(self, conv={**self.conv, "convergence": found[0]})
+
+    def at_tolerance(self, key: tuple[str, float]) -> Backbone:
+        """This backbone with its useful depth read at another tolerance of the
+        sensitivity table (key: its kind and tolerance)."""
+        sat = self.conv["saturation"]
+        row = next(r for r in sat["sensitivity"] if (r["kind"], r["tolerance"]) == key)
+        return replace(self, conv={**self.conv, "saturation": {
+            **sat, "useful_depth_iv": row["useful_depth_iv"]}})
 
 
 def shares(found: dict[str, float]) -> str:

@@ -19,10 +19,10 @@ from loopscope.base.outputs import read_json, read_metrics, read_table
 from loopscope.judge import criteria
 from loopscope.judge.backbone import recipe_deviation
 from loopscope.judge.cells import cell_group, control, facts, paper_b_backbones, recipe
-from loopscope.judge.group_a import FEW_SEEDS, CellA
+from loopscope.judge.group_a import CellA
 from loopscope.judge.paper_a import init_effect, paper_a_claims
 from loopscope.judge.paper_b import paper_b_claims
-from loopscope.judge.verdicts import FAMILY_RULE, Claim
+from loopscope.judge.verdicts import FAMILY_RULE, SEED_RULE, Claim
 from loopscope.weights.config import CellConfig, load_cell
 
 VERDICTS = ("holds", "contradicted", "inconclusive", "not shown")
@@ -63,11 +63,14 @@ def _records(found: list[Claim], paper: str, configs: dict[str, CellConfig]
         record["paper"] = paper
         if paper == "A":
             record["group"] = groups.get(c.recipe, "ours")
-            record["id"] = f"A.{c.key or 'absent'}.{record['group']}"
+            suffix = f".{record['group']}"
         else:
             read = c.facts.get("backbones", [])
             record["group"] = "+".join(read)
-            record["id"] = f"B.{c.key or 'absent'}" + (f".{read[0]}" if len(read) == 1 else "")
+            suffix = f".{read[0]}" if len(read) == 1 else ""
+        record["id"] = f"{paper}.{c.key or 'absent'}{suffix}"
+        if c.extends:
+            record["extends"] = f"{paper}.{c.extends}{suffix}"
         out.append(record)
     return out
 
@@ -115,8 +118,7 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
         "counts": {k: counts(v) for k, v in found.items()},
         "parameters": criteria.table(values),
         "rules": {"family": FAMILY_RULE,
-                  "seeds": f"with under {FEW_SEEDS} seeds a verdict stands only where each "
-                           "seed alone agrees (every row reading such a cell)",
+                  "seeds": SEED_RULE,
                   "verdict": "the direction and the magnitude together: holds where both "
                               "hold, contradicted where either is"},
         "cells": {c: facts(cfg) for c, cfg in configs.items()},

@@ -91,7 +91,8 @@ def specification(judge: Callable[[Criteria], Claim], criteria: Criteria,
     """The claim judged at the criteria's values, and again at every other value of each
     parameter it read (and of each extra: a name, its values, the claim judged at one);
     marked robust when the verdict is the same at every one, else fragile, with
-    the values that turn it."""
+    the values that turn it; "not swept" where it read no parameter and had no extra (a
+    row with nothing to sweep is not shown to be robust)."""
     crit = criteria.fresh()
     found = judge(crit)
     turns: list[dict[str, Any]] = []
@@ -105,8 +106,8 @@ def specification(judge: Callable[[Criteria], Claim], criteria: Criteria,
         tried[name] = list(values)
         for value in values:
             turns += _turn(name, value, at(value).verdict, found.verdict)
-    found.facts["robustness"] = {"mark": "fragile" if turns else "robust", "swept": tried,
-                                 "turns": turns}
+    mark = "fragile" if turns else "robust" if any(tried.values()) else "not swept"
+    found.facts["robustness"] = {"mark": mark, "swept": tried, "turns": turns}
     return found
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from loopscope.judge.criteria import Criteria
-from loopscope.judge.verdicts import Claim, Comparison
+from loopscope.judge.verdicts import FEW_SEEDS, Claim, Comparison, seed_rule
 from loopscope.measure.intervals import Documents
 
 
@@ -272,11 +272,6 @@ def resamples_of(cells: dict[str, CellA], resamples: int) -> Documents:
                      if cells else np.zeros(1), resamples)
 
 
-# A seed-level bootstrap over fewer seeds than this has too few distinct draws (two
-# seeds: three) to carry training noise: a verdict must then also hold on each seed.
-FEW_SEEDS = 3
-
-
 def _seed(cell: CellA, i: int) -> CellA:
     """The cell restricted to its i-th seed's run (a cell with one run as it is): every
     table it is judged on, the clamp's included."""
@@ -300,28 +295,8 @@ def seed_groups(g: GroupA) -> list[GroupA]:
 
 def on_each_seed(found: Claim, judge: Any, here: GroupA, seeds: list[GroupA],
                  p: Criteria) -> None:
-    """The seed rule, for every row: where a cell the claim read (here.used) has 2 to
-    FEW_SEEDS - 1 seeds, a verdict (and magnitude) that holds or is contradicted stands
-    only if each seed's own judgement (seeds: seed_groups) agrees; otherwise it is
-    inconclusive, and the value says why. Each seed's verdicts are kept (facts)."""
-    few = sorted(c for c in here.used if 1 < here.cells[c].seeds < FEW_SEEDS)
-    if not few or not seeds:
-        return
-    alone = [judge(s.at(Criteria(p.values()))) for s in seeds]
-    found.facts["seeds"] = {"rule": f"with under {FEW_SEEDS} seeds each seed alone must "
-                            "agree", "cells": few,
-                            "each": [{"verdict": a.verdict, "direction": a.direction,
-                                      "magnitude": a.magnitude}
-                                     for a in alone]}
-    seen = "/".join(a.direction for a in alone)
-    if found.direction in ("holds", "contradicted") and any(
-            a.direction != found.direction for a in alone):
-        found.direction = "inconclusive"
-        found.value += f"; not on each seed alone ({seen})"
-    if found.magnitude in ("holds", "contradicted") and any(
-            a.magnitude != found.magnitude for a in alone):
-        found.magnitude = "inconclusive"
-        each = "/".join(a.magnitude for a in alone)
-        found.value += f"; magnitude not on each seed alone ({each})"
-    found.resampled += (f"; under {FEW_SEEDS} seeds ({', '.join(few)}): decided only where "
-                        f"each seed alone agrees ({seen})")
+    """The seed rule (verdicts.seed_rule) for a paper A row: the cells it read
+    (here.used) of 2 to FEW_SEEDS - 1 seeds, each seed's own judgement from seed_groups."""
+    few = [c for c in here.used if 1 < here.cells[c].seeds < FEW_SEEDS]
+    if few and seeds:
+        seed_rule(found, [judge(s.at(Criteria(p.values()))) for s in seeds], few)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loopscope.judge.backbone import STATES, Backbone, shares, steps, worst_step
 from loopscope.judge.criteria import Criteria, specification
 from loopscope.judge.verdicts import (
+    FEW_SEEDS,
     Claim,
     Comparison,
     at_least,
@@ -26,6 +27,7 @@ from loopscope.judge.verdicts import (
     inside,
     negligible,
     not_shown,
+    seed_rule,
 )
 from loopscope.measure.intervals import Interval
 from loopscope.measure.token_types import SMALLEST_TYPE
@@ -34,6 +36,8 @@ from loopscope.measure.token_types import SMALLEST_TYPE
 PAPER_KL_DECADES = math.log10(3.9e-1 / 8.5e-6)  # 4.66
 PAPER_TAIL = 0.1  # "a tail of about 10% of tokens continues updating" at R
 PAPER_MEDIAN = 0.75  # the median token converges at loop 6 of R = 8
+PAPER_A1 = 4.94 / 8  # A1's mean loops at R = 8, as a share of R (-38%)
+PAPER_A2 = 7.99 / 8  # A2's mean loops at R = 8, as a share of R
 RESULTS = "paper B, results"
 FINDINGS = "paper B, contributions"
 
@@ -52,10 +56,11 @@ def elasticity(b: Backbone) -> Claim:
     makes CE worse by more than flat_nats, and the second half of the depth still helps
     (CE(R/2) - CE(R) above flat_nats): one gain from 1 to R is not monotone."""
     e, flat = b.conv["elasticity"], b.p.flat_nats
-    tests = [b.test(f"CE({k + 1}) - CE({k})", e["steps"][f"k{k}"], at_most, flat)
+    tests = [b.test(f"CE({k + 1}) - CE({k})", e["steps"][f"k{k}"], at_most, flat,
+                    unit="nats")
              for k in sorted(steps(e))]
     tests.append(b.test(f"CE({e['half_depth']}) - CE(R) - {flat:g}",
-                        _shifted(e["half_gain"], flat), effect, 1))
+                        _shifted(e["half_gain"], flat), effect, 1, unit="nats"))
     worst = worst_step(e)
     worst_text = (f"; worst step CE({worst[0] + 1}) - CE({worst[0]}) {worst[1]}"
                   if worst is not None else "")
@@ -79,7 +84,7 @@ def flat_past_r(b: Backbone) -> Claim:
         f"max over D of |CE(D) - CE(R)| inside {b.p.flat_nats:g} nats (interval)",
         f"{Interval.of(e['flat'])} nats (largest at D = {e['flat_depth']}); CE(max D) - CE(R) "
         f"{Interval.of(e['tail'])}",
-        [b.test("max |CE(D) - CE(R)|", e["flat"], negligible, b.p.flat_nats)],
+        [b.test("max |CE(D) - CE(R)|", e["flat"], negligible, b.p.flat_nats, unit="nats")],
         key="flat_past_r", source=f"{RESULTS}: 'the validation loss stabilizes (3.20 nats) "
         "even up to 32 loops'")
 
@@ -98,8 +103,9 @@ def kl_decay(b: Backbone) -> Claim:
         "(interval)",
         f"{kl['k' + str(k['from'])]:.2e} -> {kl['k' + str(k['to'])]:.2e}; log10 ratio "
         f"{Interval.of(k['log10_ratio'])}",
-        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], effect, -1)],
-        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], inside, -hi, -lo)],
+        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], effect, -1, unit="log10 ratio")],
+        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], inside, -hi, -lo, unit="log10 ratio",
+                paper=-PAPER_KL_DECADES)],
         key="kl_decay", source=f"{RESULTS}: mean KL 3.9e-1 at loop 2 to 8.5e-6 at loop 16")
 
 
@@ -163,8 +169,9 @@ def median_convergence(b: Backbone) -> Claim:
         f"{shares(c.get('median_loop_shares', {}))}); A1's exit loop (first drop below "
         f"epsilon) {Interval.of(c['median_exit_loop'])} (resamples: "
         f"{shares(c.get('median_exit_loop_shares', {}))})",
-        [b.test("median convergence loop", c["median_loop"], below, r)],
-        [b.test("median convergence loop / R", {**c["median_loop"], **ratio}, inside, lo, hi)],
+        [b.test("median convergence loop", c["median_loop"], below, r, unit="loops")],
+        [b.test("median convergence loop / R", {**c["median_loop"], **ratio}, inside, lo, hi,
+                unit="share of R", paper=PAPER_MEDIAN)],
         key="median_convergence", source=f"{FINDINGS}: 'the median token converges at the "
         "sixth loop'")
 
@@ -178,8 +185,9 @@ def tail(b: Backbone) -> Claim:
         f"share with a convergence loop after R at least {b.p.tail_floor:.0%} (interval; a "
         f"smaller share is no tail); magnitude: interval inside [{lo:.0%}, {hi:.0%}], the "
         f"paper's ~10% within {band:g}x", _pct(Interval.of(share)),
-        [b.test("share converging after R", share, at_least, b.p.tail_floor)],
-        [b.test("share converging after R", share, inside, lo, hi)],
+        [b.test("share converging after R", share, at_least, b.p.tail_floor, unit="share")],
+        [b.test("share converging after R", share, inside, lo, hi, unit="share",
+                paper=PAPER_TAIL)],
         key="tail", source=f"{FINDINGS}: 'a tail of about 10% of tokens continues updating "
         "at the training mean depth of eight'")
 
@@ -199,8 +207,10 @@ def token_order(b: Backbone) -> Claim:
     if "whitespace_minus" not in t or "content_minus" not in t:
         return not_shown(text, paper, crit, f"whitespace or content words too rare or "
                          f"absent (too rare: {rare})")
-    tests = [b.test(f"whitespace - {k}", v, effect, -1) for k, v in t["whitespace_minus"].items()]
-    tests += [b.test(f"content - {k}", v, effect, 1) for k, v in t["content_minus"].items()]
+    tests = [b.test(f"whitespace - {k}", v, effect, -1, unit="loops")
+             for k, v in t["whitespace_minus"].items()]
+    tests += [b.test(f"content - {k}", v, effect, 1, unit="loops")
+              for k, v in t["content_minus"].items()]
     means = ", ".join(f"{n} {t[n]['mean_loop']:.2f}" for n in t.get("judged", []))
     value = (f"means: {means}; " + "; ".join(f"{x.statistic} {x.iv}" for x in tests)
              + f"; too rare: {rare}")
@@ -214,9 +224,12 @@ UNMATCHED = "no setting matched depth R's quality on the choose windows: nothing
 
 def _policy_value(q: dict[str, Any], p: dict[str, Any]) -> str:
     base = p["baseline_depth"]
+    bare = q.get("flops_ratio_unchecked_iv")
     return (f"threshold {q['threshold']:g}: {Interval.of(q['mean_loops_iv'])} mean loops; "
             f"CE - CE(R) {Interval.of(q['delta_ce'])}; FLOPs x{q['flops_ratio']:.2f} of "
-            f"depth R, x{q['flops_ratio_baseline']:.2f} of uniform depth {base}")
+            f"depth R, x{q['flops_ratio_baseline']:.2f} of uniform depth {base} (checks "
+            "counted)" + (f", x{bare['value']:.2f} of depth R (checks not counted)"
+                          if bare else ""))
 
 
 def _policy_row(b: Backbone, rule: str, text: str, paper: str, crit: str, key: str,
@@ -241,37 +254,72 @@ def a1_fewer_loops(b: Backbone) -> Claim:
     Two tests, both needed: matched quality, a one-sided non-inferiority test on the
     report windows (CE - CE(R) at most noninferiority_nats; the threshold was chosen on
     the choose windows at half the policies' match_nats), and fewer loops than R. The
-    magnitude: fewer loops than the smallest uniform depth that matches R."""
-    base = (b.pol or {}).get("baseline_depth")
-    m = b.p.noninferiority_nats
+    magnitude is the paper's number: mean loops / R within a1_band of 4.94 / 8."""
+    m, band = b.p.noninferiority_nats, b.p.a1_band
+    lo, hi = PAPER_A1 - band, PAPER_A1 + band
     return _policy_row(
         b, "kl", f"A1 (KL exit) matches uniform depth-R quality in fewer loops [{b.name}]",
         "4.94 mean loops at R = 8 (-38%)",
         f"CE - CE(R) on report at most {m:g} nats (upper bound; contradicted when the lower "
-        f"bound is above) and mean loops < R, {b.depth} (interval); magnitude: mean loops < "
-        f"the smallest uniform depth matching R ({base}, interval)", "a1_fewer_loops",
-        lambda p, q: ([b.test("CE - CE(R)", q["delta_ce"], at_most, m),
-                       b.test("mean loops", q["mean_loops_iv"], below, b.r)],
-                      [b.test("mean loops", q["mean_loops_iv"], below, p["baseline_depth"])]),
+        f"bound is above) and mean loops < R, {b.depth} (interval); magnitude: mean loops / "
+        f"R inside [{lo:.3g}, {hi:.3g}], the paper's 4.94 / 8 = {PAPER_A1:.3g} +- {band:g} "
+        "(interval)", "a1_fewer_loops",
+        lambda p, q: ([b.test("CE - CE(R)", q["delta_ce"], at_most, m, unit="nats"),
+                       b.test("mean loops", q["mean_loops_iv"], below, b.r, unit="loops")],
+                      [b.test("mean loops / R", q["loops_ratio_iv"], inside, lo, hi,
+                              unit="share of R", paper=PAPER_A1)]),
         f"{FINDINGS}: A1 'reaches uniform depth-8 quality in 4.94 loops on average (-38%)'")
 
 
-def a1_saves_compute(b: Backbone) -> Claim:
-    """Paper B's -38% is in loops; a loop saved by a rule that reads the coda and head
-    at every check may cost more than it saves. The FLOPs per token of A1's chosen
-    setting (its checks counted) against uniform depth R, and as the magnitude against
-    the smallest uniform depth matching R's quality (the honest baseline)."""
+def a1_below_baseline(b: Backbone) -> Claim:
+    """Beyond the paper (an extension of a1_fewer_loops): A1's mean loops below the
+    smallest uniform depth that matches R's quality on the choose windows (the honest
+    baseline: a uniform depth that matches R costs no checks)."""
     base = (b.pol or {}).get("baseline_depth")
+    return _extension(_policy_row(
+        b, "kl", f"A1 (KL exit) runs fewer loops than the smallest uniform depth matching R "
+        f"[{b.name}]", "(not in the paper: it compares with depth 8)",
+        f"mean loops < the smallest uniform depth matching R's quality ({base}, interval)",
+        "a1_below_baseline",
+        lambda p, q: ([b.test("mean loops", q["mean_loops_iv"], below, p["baseline_depth"],
+                              unit="loops")], []), ""), "a1_fewer_loops")
+
+
+def a1_saves_compute(b: Backbone) -> Claim:
+    """Paper B's -38% is in mean loops, a FLOPs proxy that counts no exit check: A1's
+    FLOPs per token with its checks not counted (the paper's proxy, read in FLOPs: the
+    prelude and the final readout count too) against uniform depth R, its magnitude the
+    paper's number, within a1_band of 4.94 / 8."""
+    band = b.p.a1_band
+    lo, hi = PAPER_A1 - band, PAPER_A1 + band
     return _policy_row(
         b, "kl", f"A1 (KL exit) saves compute at matched quality [{b.name}]",
         "-38% loops (checks not counted)",
-        f"FLOPs per token (checks counted) / depth R's < 1, {b.depth} (interval); "
-        f"magnitude: / the smallest uniform depth matching R's ({base}) < 1 (interval)",
-        "a1_saves_compute",
-        lambda p, q: ([b.test("FLOPs / depth R's", q["flops_ratio_iv"], below, 1.0)],
-                      [b.test("FLOPs / the baseline's", q["flops_ratio_baseline_iv"], below,
-                              1.0)]),
+        f"FLOPs per token (checks not counted) / depth R's < 1, {b.depth} (interval); "
+        f"magnitude: inside [{lo:.3g}, {hi:.3g}], the paper's {PAPER_A1:.3g} +- {band:g} "
+        "(interval)", "a1_saves_compute",
+        lambda p, q: ([b.test("FLOPs / depth R's (checks not counted)",
+                              q["flops_ratio_unchecked_iv"], below, 1.0, unit="ratio")],
+                      [b.test("FLOPs / depth R's (checks not counted)",
+                              q["flops_ratio_unchecked_iv"], inside, lo, hi, unit="ratio",
+                              paper=PAPER_A1)]),
         f"{FINDINGS}: 'a 38% reduction of the mean depth (a FLOPs proxy)'")
+
+
+def a1_saves_counted(b: Backbone) -> Claim:
+    """Beyond the paper (an extension of a1_saves_compute): A1's FLOPs with its checks
+    counted (each reads the coda and head over every active token), against uniform
+    depth R and against the smallest uniform depth matching R's quality."""
+    base = (b.pol or {}).get("baseline_depth")
+    return _extension(_policy_row(
+        b, "kl", f"A1 (KL exit) saves compute with its checks counted [{b.name}]",
+        "(not in the paper: its proxy counts no check)",
+        f"FLOPs per token (checks counted) / depth R's < 1, and / the smallest uniform depth "
+        f"matching R's ({base}) < 1 (intervals)", "a1_saves_counted",
+        lambda p, q: ([b.test("FLOPs / depth R's", q["flops_ratio_iv"], below, 1.0,
+                              unit="ratio"),
+                       b.test("FLOPs / the baseline's", q["flops_ratio_baseline_iv"], below,
+                              1.0, unit="ratio")], []), ""), "a1_saves_compute")
 
 
 def a2_saves_nothing(b: Backbone) -> Claim:
@@ -285,11 +333,12 @@ def a2_saves_nothing(b: Backbone) -> Claim:
         "7.99 mean loops: no saving",
         f"mean loops at matched quality (upper bound of CE - CE(R) <= {m:g} nats) >= "
         f"{share:g} R, {b.depth} (interval)", "a2_saves_nothing",
-        lambda p, q: ([b.test("mean loops", q["mean_loops_iv"], at_least, share * b.r)], []),
+        lambda p, q: ([b.test("mean loops", q["mean_loops_iv"], at_least, share * b.r,
+                               unit="loops", paper=PAPER_A2 * b.r)], []),
         f"{FINDINGS}: the router 'needs almost the full depth (7.99 loops)'")
     q = (b.pol or {}).get("probe") or {}
     if row.direction == "contradicted":  # a saving, but is it at matched quality?
-        quality = b.test("CE - CE(R)", q["delta_ce"], at_most, m).verdict()
+        quality = b.test("CE - CE(R)", q["delta_ce"], at_most, m, unit="nats").verdict()
         row.direction = "contradicted" if quality == "holds" else "inconclusive"
     return row
 
@@ -298,7 +347,7 @@ def _saturates(backbones: list[Backbone], useful: list[Interval], regime: float
                ) -> list[Comparison]:
     """Every backbone's useful depth / m inside [regime, 2 - regime]."""
     return [Comparison(f"{b.name}: useful depth / m", i.map(lambda v, m=b.m: v / m), inside,
-                 (regime, 2 - regime))
+                       (regime, 2 - regime), unit="share of m", paper=1.0)
             for b, i in zip(backbones, useful, strict=True)]
 
 
@@ -350,46 +399,102 @@ def sensitivity(backbones: list[Backbone]) -> list[dict[str, Any]]:
     return rows
 
 
-def _extension(found: Claim) -> Claim:
-    found.kind = "extension"
+def _extension(found: Claim, extends: str = "") -> Claim:
+    """A row beyond the paper: shown beside its findings (under the finding it extends,
+    where it is a stricter or broader form of one), never counted."""
+    found.kind, found.extends = "extension", extends
     return found
 
 
 ROWS_MAIN = (elasticity, flat_past_r, kl_decay, state_decay, period_two, median_convergence,
              tail)
-ROWS_POLICY = (a1_fewer_loops, a1_saves_compute, a2_saves_nothing)
+ROWS_POLICY = (a1_fewer_loops, a1_below_baseline, a1_saves_compute, a1_saves_counted,
+               a2_saves_nothing)
 # every row is named by its judge's name (its id's middle), kept where it is not shown
+
+
+def _seed_metrics(metrics: dict[str, Any] | None, i: int | None) -> dict[str, Any] | None:
+    """A backbone's metrics (convergence or policies): pooled (i None), or its i-th
+    seed's own (`per_seed`, in seed order); a backbone of one seed is that seed."""
+    if metrics is None or i is None or "per_seed" not in metrics:
+        return metrics
+    seeds = metrics["per_seed"]
+    return seeds[sorted(seeds, key=lambda k: int(k.removeprefix("seed")))[i]]
+
+
+Row = Callable[[list[Backbone]], Claim]
+Extra = tuple[str, list[Any], Callable[[Any], Claim]]
+
+
+@dataclass
+class _Judging:
+    """Paper B's backbones as every row reads them: their metrics (conv, pol), the
+    names read (main first), the criteria's values (base). A row is judged on the
+    backbones' pooled metrics, and with the seed rule on each seed's own."""
+
+    conv: dict[str, dict[str, Any]]
+    pol: dict[str, dict[str, Any]]
+    names: list[str]
+    base: Criteria
+
+    def at(self, p: Criteria, i: int | None = None) -> list[Backbone]:
+        """The backbones at criteria p, pooled or (i) the i-th seed's own."""
+        return [Backbone(c, _seed_metrics(self.conv[c], i), _seed_metrics(self.pol.get(c), i),
+                         p) for c in self.names]
+
+    def seeded(self, row: Row, read: list[str]) -> Callable[[Criteria], Claim]:
+        """The row at given criteria, with the seed rule over the backbones it reads."""
+        few = [c for c in read if 1 < int(self.conv[c].get("seeds", 1)) < FEW_SEEDS]
+        seeds = max((int(self.conv[c]["seeds"]) for c in few), default=0)
+
+        def judged(p: Criteria) -> Claim:
+            found = row(self.at(p))
+            if found.direction != "not shown":
+                seed_rule(found, [row(self.at(p.fresh(), i)) for i in range(seeds)], few)
+            return found
+        return judged
+
+    def curve(self, row: Row, read: list[str], extra: list[Extra] | None = None) -> Claim:
+        """The row at the criteria's values, over its specification curve."""
+        return specification(self.seeded(row, read), self.base, extra or [])
+
+    def moved(self, row: Row, read: list[str], move: Callable[[Backbone], Backbone]
+              ) -> Claim:
+        """The row at the criteria's values on moved backbones (another KL epsilon,
+        another useful-depth tolerance), with the seed rule."""
+        return self.seeded(lambda bs: row([move(b) for b in bs]), read)(self.base.fresh())
 
 
 def paper_b_claims(conv: dict[str, dict[str, Any]], pol: dict[str, dict[str, Any]],
                    main: str | None, second: str | None, values: dict[str, float]
                    ) -> list[Claim]:
     """Paper B's claims from metrics/convergence and metrics/policies of its backbones,
-    each judged at the criteria's values (values: the claims section's) and over its
-    specification curve. main: the backbone of paper B's main setting (mean depth 8
-    there), second: the other one of the saturation test (mean 4); None: absent. Token
-    order is judged on both backbones, one row each."""
+    each judged at the criteria's values (values: the claims section's), with the seed
+    rule (a backbone of 2 seeds: a verdict stands only where each seed's own metrics
+    agree) and over its specification curve. main: the backbone of paper B's main
+    setting (mean depth 8 there), second: the other one of the saturation test (mean
+    4); None: absent. Token order is judged on both backbones, one row each."""
     if main is None or main not in conv:
         why = "no paper B backbone in this run"
         return [replace(not_shown(text, paper, "-", why), key=key)
                 for key, text, paper in (
                     ("elasticity", "Elasticity", "monotone to 8, flat after"),
                     ("median_convergence", "Per-token convergence", "median loop 6, ~10% at R"))]
-    base = Criteria(values)
     names = [main, *[c for c in (second,) if c is not None and c in conv]]
-
-    def at(p: Criteria) -> list[Backbone]:
-        return [Backbone(c, conv[c], pol.get(c), p) for c in names]
-
+    j = _Judging(conv, pol, names, Criteria(values))
     rows: list[tuple[Claim, list[str]]] = []
-    for judge in map(_keyed, (*ROWS_MAIN, *ROWS_POLICY)):
-        rows.append((specification(lambda p, j=judge: j(at(p)[0]), base), [main]))
+    for judge in (*ROWS_MAIN, *ROWS_POLICY):
+        row = _first(_keyed(judge))
+        rows.append((j.curve(row, [main], _epsilons(j, judge, row, main)), [main]))
     for i, name in enumerate(names):
-        rows.append((specification(lambda p, i=i: _keyed(token_order)(at(p)[i]), base),
-                     [name]))
-    rows.append((_saturation_row(at, base), [*names[1:], main]))
-    return [_marked(c, [Backbone(n, conv[n], pol.get(n), base) for n in read])
+        rows.append((j.curve(lambda bs, i=i: _keyed(token_order)(bs[i]), [name]), [name]))
+    rows.append((_saturation_row(j), [*names[1:], main]))
+    return [_marked(c, [Backbone(n, conv[n], pol.get(n), j.base) for n in read])
             for c, read in rows]
+
+
+def _first(judge: Callable[[Backbone], Claim]) -> Row:
+    return lambda backbones: judge(backbones[0])
 
 
 def _keyed(judge: Callable[[Backbone], Claim]) -> Callable[[Backbone], Claim]:
@@ -401,30 +506,35 @@ def _keyed(judge: Callable[[Backbone], Claim]) -> Callable[[Backbone], Claim]:
     return keyed
 
 
-def _saturation_row(at: Callable[[Criteria], list[Backbone]], base: Criteria) -> Claim:
-    """Saturation over its criteria and over the sensitivity table's tolerances."""
-    def ordered(p: Criteria) -> list[Backbone]:
-        found = at(p)
-        return [*found[1:], found[0]]
-    table = ordered(base)
-    keys = [(r["kind"], r["tolerance"]) for r in
-            table[0].conv["saturation"].get("sensitivity", [])]
+# The rows whose criterion reads the convergence loop, and so the KL epsilon it is
+# measured at: their curves also run over convergence.sensitivity_epsilons
+AT_EPSILON = ("median_convergence", "tail")
 
-    def at_tolerance(key: tuple[str, float]) -> Claim:
-        backbones = ordered(base.fresh())
-        rows = [{(r["kind"], r["tolerance"]): r for r in b.conv["saturation"]["sensitivity"]}
-                for b in backbones]
-        for b, r in zip(backbones, rows, strict=True):
-            b.conv = {**b.conv, "saturation": {**b.conv["saturation"],
-                                               "useful_depth_iv": r[key]["useful_depth_iv"]}}
-        return saturation(backbones)
-    extra = [("useful depth's tolerance", [_tolerance({"kind": k, "tolerance": t})
-                                           for k, t in keys], None)] if keys else []
-    if extra:
-        labels = extra[0][1]
-        extra = [("useful depth's tolerance", labels,
-                  lambda label: at_tolerance(keys[labels.index(label)]))]
-    return specification(lambda p: saturation(ordered(p)), base, extra)
+
+def _epsilons(j: _Judging, judge: Callable[[Backbone], Claim], row: Row, main: str
+              ) -> list[Extra]:
+    """The KL epsilon of the convergence loop as a swept parameter of the rows that
+    read it, at the values the convergence stage measured (by_epsilon)."""
+    measured = [c["epsilon"] for c in j.conv[main].get("by_epsilon", [])]
+    if judge.__name__ not in AT_EPSILON or not measured:
+        return []
+    return [("KL epsilon", measured,
+             lambda eps: j.moved(row, [main],
+                                 lambda b: b.at_epsilon(eps) if b.name == main else b))]
+
+
+def _saturation_row(j: _Judging) -> Claim:
+    """Saturation (backbones in the order second, main) over its criteria and over the
+    sensitivity table's tolerances of the useful depth, with the seed rule."""
+    def row(backbones: list[Backbone]) -> Claim:
+        return saturation([*backbones[1:], backbones[0]])
+    keys = [(r["kind"], r["tolerance"]) for r in
+            j.conv[j.names[0]]["saturation"].get("sensitivity", [])]
+    labels = [_tolerance({"kind": k, "tolerance": t}) for k, t in keys]
+    extra = [("useful depth's tolerance", labels,
+              lambda label: j.moved(row, j.names,
+                                    lambda b: b.at_tolerance(keys[labels.index(label)])))]
+    return j.curve(row, j.names, extra if keys else [])
 
 
 def _marked(c: Claim, read: list[Backbone]) -> Claim:

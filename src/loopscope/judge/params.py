@@ -33,12 +33,13 @@ class ClaimsConfig(Section):
     median_band: float = 0.125  # the median loop's magnitude: 0.75 R +- this x R
     a2_share: float = 0.95  # A2 saves nothing: at least this share of R's loops
     noninferiority_nats: float = 0.01  # A1 matches depth R: CE - CE(R) at most this
+    a1_band: float = 0.0625  # A1's magnitude: mean loops / R within this of the paper's 4.94 / 8
     floor_decades: float = 1.0  # Lemma 1 check: the normed fraction within this of its floor
     contrast_decades: float = 2.0  # Lemma 1 check: the raw fraction this above the normed
 
     def check(self, require: Callable[[str, bool, str], None]) -> None:
         for name in ("margin_nats", "leading_share", "tail_share", "slope_band",
-                     "flat_nats", "tail_floor", "median_band", "noninferiority_nats",
+                     "flat_nats", "tail_floor", "median_band", "noninferiority_nats", "a1_band",
                      "floor_decades", "contrast_decades"):
             require(name, getattr(self, name) > 0, "> 0")
         for name in ("gain_share", "regime", "a2_share"):

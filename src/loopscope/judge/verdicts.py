@@ -244,6 +244,7 @@ class Claim:
     resampled: str = ""  # what the interval resamples: units, and seeds per cell
     kind: Kind = "finding"
     key: str = ""  # the claim's stable name within its paper (its id's middle)
+    extends: str = ""  # an extension: the key of the finding it stands beside
     source: str = ""  # where the paper says it
     tests: list[Comparison] = field(default_factory=list)
     magnitude_tests: list[Comparison] = field(default_factory=list)
@@ -273,6 +274,39 @@ def claim(text: str, paper_says: str, criterion: str, value: str, tests: list[Co
     return Claim(text, paper_says, criterion, value, decide(tests),
                  decide(mags) if mags else "n/a", tests=tests, magnitude_tests=mags,
                  **fields)
+
+
+# A seed-level bootstrap over fewer seeds than this has too few distinct draws (two
+# seeds: three) to carry training noise: a verdict must then also hold on each seed.
+FEW_SEEDS = 3
+SEED_RULE = (f"with under {FEW_SEEDS} seeds a verdict stands only where each seed alone "
+             "agrees (every row reading such a cell, both papers)")
+
+
+def seed_rule(found: Claim, alone: list[Claim], cells: list[str]) -> None:
+    """The seed rule, one for both papers: where a row reads cells trained with 2 to
+    FEW_SEEDS - 1 seeds (cells), a direction (and a magnitude) that holds or is
+    contradicted on the seeds pooled stands only if each seed's own judgement (alone,
+    the same row judged on each seed's run alone) agrees; otherwise it is inconclusive,
+    and the row's value says why. Each seed's verdicts are kept (facts)."""
+    if not cells or not alone:
+        return
+    found.facts["seeds"] = {"rule": f"with under {FEW_SEEDS} seeds each seed alone must "
+                            "agree", "cells": sorted(cells),
+                            "each": [{"verdict": a.verdict, "direction": a.direction,
+                                      "magnitude": a.magnitude} for a in alone]}
+    seen = "/".join(a.direction for a in alone)
+    if found.direction in ("holds", "contradicted") and any(
+            a.direction != found.direction for a in alone):
+        found.direction = "inconclusive"
+        found.value += f"; not on each seed alone ({seen})"
+    if found.magnitude in ("holds", "contradicted") and any(
+            a.magnitude != found.magnitude for a in alone):
+        found.magnitude = "inconclusive"
+        each = "/".join(a.magnitude for a in alone)
+        found.value += f"; magnitude not on each seed alone ({each})"
+    found.resampled += (f"; under {FEW_SEEDS} seeds ({', '.join(sorted(cells))}): decided "
+                        f"only where each seed alone agrees ({seen})")
 
 
 def not_shown(claim: str, paper: str, criterion: str, why: str) -> Claim:

@@ -63,8 +63,8 @@ def robustness(row: dict[str, Any]) -> str:
     r = row.get("robustness")
     if not r:
         return "-"
-    if r["mark"] == "robust":
-        return "robust"
+    if r["mark"] in ("robust", "not swept"):
+        return r["mark"]
     return "fragile: " + "; ".join(f"{t['parameter']} = {t['value']} -> {t['verdict']}"
                                     for t in r["turns"])
 
@@ -171,7 +171,7 @@ def forest_rows(paper: str) -> pd.DataFrame:
             group = f" [{r['group']}]" if r.get("group") else ""
             out.append({"row": r["key"].replace("_", " ") + group, "part": part, "lo": found[0],
                         "x": found[1], "hi": found[2], "verdict": r["verdict"],
-                        "robust": (r.get("robustness") or {}).get("mark", "robust") == "robust",
+                        "robust": (r.get("robustness") or {}).get("mark", "robust") != "fragile",
                         "kind": r["kind"], "statistic": est["statistic"]})
     return pd.DataFrame(out)
 
