@@ -9,7 +9,7 @@ import pytest
 
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.group_a import CellA, GroupA, on_each_seed, seed_groups
-from loopscope.judge.paper_a import CLAIMS_A, init_effect, paper_a_claims
+from loopscope.judge.paper_a import CLAIMS_A, READS_CONTROLS, init_effect, paper_a_claims
 from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.verdicts import Claim, all_of, at_least, effect, negligible
 from loopscope.measure.intervals import Documents, Interval, bootstrap, bootstrap_mean
@@ -38,12 +38,15 @@ def cell_a(group: str = "scale-controlled", readout: str = "raw", loss: str = "p
            norm=(20.0, 20.0), tail=(0.1, 0.1), ce=(4.3, 3.8), cos=1e-2, slope=0.0,
            clamp=0.001, recipe: str = "ours", seed: int = 0, ce_at=None,
            clamp_modes=("freeze_loop1", "remove_radial"), grow: float = 1.5,
-           control: str = "") -> CellA:
+           control: str | None = None, paper: bool = True) -> CellA:
     """A constructed cell: per-token norms at loops 1 and K (lognormal: centre, sigma),
     CE at loops 1 and K (linear between; ce_at: the CE of every loop instead), radial
     fraction at K; a sweep whose angular step goes like s**slope while the scale grows
     `grow`-fold per loop (the 1/s law: slope -1); clamp delta CE at K in each of
-    clamp_modes."""
+    clamp_modes. control: what controls its scale (default: "raw readout" for a raw
+    scale-controlled cell); paper: one of paper A's seven conditions."""
+    if control is None:
+        control = "raw readout" if group == "scale-controlled" and readout == "raw" else ""
     rng = np.random.default_rng(seed)
     n = DOCS * PER_DOC
     doc = np.repeat(np.arange(DOCS), PER_DOC)
@@ -74,7 +77,8 @@ def cell_a(group: str = "scale-controlled", readout: str = "raw", loss: str = "p
     clamped = pd.DataFrame({"doc": doc, **{m: clamp + offset for m in clamp_modes}})
     return CellA(group, loss, readout, recipe, LOOPS, pd.DataFrame(tokens), pd.DataFrame(sweep),
                  clamped, {f"k{k}": 1000.0 for k in range(1, 5)},
-                 {f"k{k}": 1e6 for k in range(1, 5)}, control=control, d_model=128)
+                 {f"k{k}": 1e6 for k in range(1, 5)}, control=control, d_model=128,
+                 paper=paper)
 
 
 # The drifting cell: its norm grows 250-fold with a heavy tail (log-normal sigma 1.2 at K:
@@ -84,12 +88,19 @@ NORMED = dict(group="normed baseline", readout="normed", norm=(40.0, 10000.0),
 FINAL_NORM = dict(group="final-norm only", readout="final_norm", norm=(15.0, 15.0), seed=4)
 
 
+# The inter-loop norm: scale-controlled, not one of paper A's seven conditions
+INTERLOOP = dict(readout="normed", ce=(4.25, 3.9), cos=1e-9, seed=10, norm=(15.0, 15.0),
+                 control="inter-loop norm", paper=False)
+
+
 def paper_a_cells(**normed) -> dict[str, CellA]:
     return {
         "perloop_normed": cell_a(**{**NORMED, **normed}),
         "perloop_raw": cell_a(seed=1),
-        "perloop_penalty": cell_a(readout="normed", ce=(4.2, 3.85), cos=1e-9, seed=2),
+        "perloop_penalty": cell_a(readout="normed", ce=(4.2, 3.85), cos=1e-9, seed=2,
+                                  control="norm penalty"),
         "perloop_final_norm": cell_a(**FINAL_NORM),
+        "perloop_interloop_norm": cell_a(**INTERLOOP),
     }
 
 
@@ -107,7 +118,11 @@ def verdicts_a(cells: dict[str, CellA]) -> dict[str, str]:
 
 def test_paper_a_claims_hold_on_paper_like_metrics():
     found = rows(paper_a_cells())
+    every = {k: found.pop(k) for k in list(found) if k.endswith("_every")}
     assert list(found) == list(CLAIMS_A)
+    assert sorted(every) == sorted(f"{k}_every" for k in READS_CONTROLS)
+    assert {(c.kind, c.extends) for c in every.values()} == {
+        ("extension", k) for k in READS_CONTROLS}
     assert found.pop("stable_injection").direction == "not shown"  # no such cell here
     assert {c.direction for c in found.values()} == {"holds"}, \
         [(c.claim, c.value) for c in found.values() if c.direction != "holds"]
@@ -164,9 +179,15 @@ def test_the_drift_row_names_the_controls_the_group_has_and_lacks():
     cells["perloop_raw"] = dataclasses.replace(cells["perloop_raw"], control="raw readout")
     cells["perloop_penalty"] = dataclasses.replace(cells["perloop_penalty"],
                                                    control="norm penalty")
-    text = rows(cells)["drift"].claim
+    found = rows(cells)
+    text = found["drift"].claim
     assert "perloop_raw (raw readout)" in text and "perloop_penalty (norm penalty)" in text
-    assert "no inter-loop norm and no stable injection cell" in text
+    assert "inter-loop" not in text and "no " not in text.split(":")[-1]  # the paper's two
+    wide = found["drift_every"].claim
+    assert "perloop_interloop_norm (inter-loop norm)" in wide
+    assert "no stable injection cell" in wide
+    del cells["perloop_penalty"]
+    assert "this group has no norm penalty cell" in rows(cells)["drift"].claim
 
 
 def test_a_final_norm_cell_that_drifts_contradicts_the_design_rule():
@@ -216,10 +237,10 @@ def test_every_recipe_group_is_judged_on_its_own():
     cells["perloop_normed_ref"] = cell_a(**{**NORMED, "norm": (40.0, 50.0)}, recipe="ref")
     cells["perloop_raw_ref"] = cell_a(recipe="ref", seed=3)
     found = paper_a_claims(cells, VALUES, 200)
-    n = len(CLAIMS_A)
-    assert len(found) == 2 * n and [c.recipe for c in found] == ["ours"] * n + ["ref"] * n
+    n, extra = len(CLAIMS_A), len(READS_CONTROLS)  # ours has an inter-loop norm cell
+    assert [c.recipe for c in found] == ["ours"] * (n + extra) + ["ref"] * n
     assert found[0].value == rows(paper_a_cells())["drift"].value
-    ref_drift = found[n]
+    ref_drift = found[n + extra]
     assert ref_drift.direction == "holds" and ref_drift.magnitude == "contradicted"
     assert ref_drift.verdict == "contradicted"  # "far above": the magnitude is the claim
     sentence = init_effect(cells, 200)
@@ -361,19 +382,35 @@ def test_two_seeds_decide_only_where_each_seed_alone_agrees():
     assert "not on each seed alone (holds/contradicted)" in found.value
 
 
-def test_stable_injection_stops_the_drift_or_the_row_says_it_does_not():
-    """A per-loop normed cell with stable injection whose norm stays with the controls'
-    holds; one that drifts like the baseline contradicts the row, and, as a
-    scale-controlled cell, the drift row too."""
+def test_stable_injection_is_judged_on_growth_across_loops():
+    """Parcae's claim is that the contraction bounds the state's growth across loops: a
+    stable-injection cell that grows less than the baseline over K and over the sweep
+    holds; one that grows faster contradicts the row."""
     cells = paper_a_cells()
     cells["perloop_stable"] = cell_a(readout="normed", ce=(4.25, 3.9), cos=1e-9, seed=8,
-                                     control="stable injection")
+                                     control="stable injection", paper=False, grow=1.05)
     found = rows(cells)
-    assert found["stable_injection"].kind == "extension"
-    assert found["stable_injection"].verdict == "holds", found["stable_injection"].value
-    assert "perloop_stable (stable injection)" in found["drift"].claim
+    row = found["stable_injection"]
+    assert row.kind == "extension" and row.verdict == "holds", row.value
+    assert "over K" in row.value and "final-loop mean norm" in row.value  # level beside
+    cells["perloop_stable"] = dataclasses.replace(cells["perloop_stable"],
+                                                  sweep=cell_a(seed=8, grow=1.7).sweep)
+    assert rows(cells)["stable_injection"].direction == "contradicted"
+
+
+def test_a_cell_beyond_the_paper_never_turns_a_finding():
+    """A stable-injection cell that drifts as far as the baseline would contradict the
+    drift finding if it counted among the controls: the finding reads the paper's own
+    conditions and holds; the extension over every scale-controlled cell beside it
+    says what the extra cell does."""
+    cells = paper_a_cells()
+    before = rows(cells)["drift"]
     cells["perloop_stable"] = dataclasses.replace(
-        cell_a(**{**NORMED, "seed": 9}), group="scale-controlled", control="stable injection")
+        cell_a(**{**NORMED, "seed": 9}), group="scale-controlled", control="stable injection",
+        paper=False)
     found = rows(cells)
-    assert found["stable_injection"].direction == "contradicted", found["stable_injection"].value
-    assert found["drift"].direction != "holds"
+    assert found["drift"].verdict == before.verdict == "holds"
+    assert found["drift"].value == before.value
+    assert "perloop_stable" not in found["drift"].claim
+    assert found["drift_every"].direction != "holds"
+    assert found["drift_every"].extends == "drift"

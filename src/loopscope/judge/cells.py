@@ -34,6 +34,21 @@ def control(cell: CellConfig) -> str:
                      if on)
 
 
+# Paper A's controls among its seven trained conditions (per recipe): the design rule's
+# other options (normalization between loops) and later ones (stable injection) are not
+PAPER_CONTROLS = ("raw readout", "norm penalty")
+
+
+def paper_condition(cell: CellConfig) -> bool:
+    """Whether a paper A cell is one of the paper's seven trained conditions (loss
+    placement x readout, final-norm only, the norm penalty): no inter-loop norm, no
+    re-injection or stable injection, a fixed depth. Its counted findings read only
+    these; the other cells stand beside them in extensions."""
+    m, t = cell.model, cell.train
+    return (not t.samples_depth and not m.inter_loop_norm and m.inject == "none"
+            and m.readout in ("normed", "raw", "final_norm"))
+
+
 def recipe_group(cell: CellConfig) -> str:
     """The recipe group paper A's claims put a cell in, as a name: "reference" for paper
     A's reference architecture and init (the `ref_` cells: PyTorch's default init,
@@ -74,6 +89,7 @@ def facts(cell: CellConfig) -> dict[str, object]:
     """A cell's taxonomy as data, for every reader of tables/claims.json: its group,
     control, recipe group and label, loss placement, readout, depth R, width, seeds."""
     return {"group": cell_group(cell), "control": control(cell),
+            "paper_condition": paper_condition(cell),
             "recipe_group": recipe_group(cell), "recipe": recipe(cell),
             "loss": cell.train.loss, "readout": cell.model.readout, "r": cell.model.loops,
             "d_model": cell.model.d_model, "seeds": list(cell.seeds)}

@@ -18,7 +18,14 @@ from loopscope.base import paths
 from loopscope.base.outputs import read_json, read_metrics, read_table
 from loopscope.judge import criteria
 from loopscope.judge.backbone import recipe_deviation
-from loopscope.judge.cells import cell_group, control, facts, paper_b_backbones, recipe
+from loopscope.judge.cells import (
+    cell_group,
+    control,
+    facts,
+    paper_b_backbones,
+    paper_condition,
+    recipe,
+)
 from loopscope.judge.group_a import CellA
 from loopscope.judge.paper_a import init_effect, paper_a_claims
 from loopscope.judge.paper_b import paper_b_claims
@@ -48,7 +55,7 @@ def paper_a_cells(cells: list[str], configs: dict[str, CellConfig]) -> dict[str,
                        cfg.model.loops, read_table("diagnose", c), read_table("sweep", c),
                        read_table("clamp", c), speed["tokens_per_s"], speed["flops_per_token"],
                        read_metrics("diagnose", c).get("unit", "document"), control(cfg),
-                       cfg.model.d_model)
+                       cfg.model.d_model, paper_condition(cfg))
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loopscope.judge.cells import PAPER_CONTROLS
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.verdicts import FEW_SEEDS, Claim, Comparison, seed_rule
 from loopscope.measure.intervals import Documents
@@ -42,6 +43,7 @@ class CellA:
     unit: str = "document"  # what the tables' doc column holds (loopscope.measure.units)
     control: str = ""  # a scale-controlled cell's control (loopscope.judge.cells.control)
     d_model: int = 0  # the state's width (0: unknown; the activity lemma needs it)
+    paper: bool = True  # one of paper A's seven conditions (cells.paper_condition)
 
     @property
     def last(self) -> str:
@@ -115,6 +117,9 @@ class GroupA:
     p: Criteria
     used: set[str] = field(default_factory=set)
     memo: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
+    # "paper": the scale-controlled cells a claim compares are the paper's own
+    # conditions (raw readout, norm penalty); "every": ours too (an extension)
+    scope: str = "paper"
 
     @classmethod
     def of(cls, cells: dict[str, CellA], docs: Documents, p: Criteria,
@@ -130,6 +135,17 @@ class GroupA:
         """The same group judged at other criteria (the memo shared)."""
         return dataclasses.replace(self, p=p, used=set())
 
+    def every(self) -> GroupA:
+        """The same group with every scale-controlled cell among the controls, ours (the
+        inter-loop norm, stable injection) beside the paper's (the memo shared)."""
+        return dataclasses.replace(self, scope="every", used=set())
+
+    @property
+    def beyond(self) -> list[str]:
+        """The group's scale-controlled cells that are not paper A's conditions."""
+        return [c for c, v in self.cells.items()
+                if v.group == "scale-controlled" and not v.paper]
+
     @property
     def normed(self) -> str | None:
         return next((c for c, v in self.cells.items()
@@ -137,7 +153,10 @@ class GroupA:
 
     @property
     def controls(self) -> list[str]:
-        return [c for c, v in self.cells.items() if v.group == "scale-controlled"]
+        """The scale-controlled cells a claim compares with: the paper's conditions, or
+        (scope "every") every one."""
+        return [c for c, v in self.cells.items() if v.group == "scale-controlled"
+                and (v.paper or self.scope == "every")]
 
     @property
     def per_loop_controls(self) -> list[str]:
@@ -167,11 +186,13 @@ class GroupA:
         return self.docs.mean(x.clamp["doc"].to_numpy(), x.clamp[mode].to_numpy(),
                               _runs(x.clamp), c)
 
-    def test(self, statistic: str, draws: np.ndarray, rule: Any, *args: float) -> Comparison:
+    def test(self, statistic: str, draws: np.ndarray, rule: Any, *args: float,
+             unit: str = "", paper: float | None = None) -> Comparison:
         """A comparison on per-draw values: its 95% interval, and at the level of a
-        family from the same resamples."""
+        family from the same resamples; the statistic's unit, and the paper's number on
+        its scale where it gives one."""
         return Comparison(statistic, self.docs.interval(draws), rule, args,
-                    lambda k: self.docs.interval(draws, k))
+                          lambda k: self.docs.interval(draws, k), unit, paper)
 
     def quantile(self, c: str, name: str, k: int, q: float) -> np.ndarray:
         """Per draw: the q-quantile of a per-token column of cell c at loop k (kept in
@@ -194,11 +215,11 @@ class GroupA:
         return {k: self.mean(c, "ce", k + 1) - self.mean(c, "ce", k)
                 for k in range(1, self.cells[c].loops)}
 
-    def seed_spread(self) -> dict[str, float]:
-        """The largest difference between two seeds' mean CE at K, per per-loop cell of
-        the group trained more than once."""
+    def seed_spread(self, cells: list[str] | None = None) -> dict[str, float]:
+        """The largest difference between two seeds' mean CE at K, per cell trained more
+        than once: of `cells`, or of every per-loop cell of the group."""
         spread = {}
-        for c in [self.normed, *self.per_loop_controls]:
+        for c in cells if cells is not None else [self.normed, *self.per_loop_controls]:
             t = self.cells[c].tokens if c else None
             if t is not None and "seed" in t and t["seed"].nunique() > 1:
                 means = t.groupby("seed")[f"ce_{self.cells[c].loops}"].mean()
@@ -216,13 +237,20 @@ class GroupA:
                 f"{self.docs.interval(means[last] - means[best])})")
 
     def controls_named(self) -> str:
-        """The group's scale-controlled cells with their controls, and the controls of
-        the design rule the group lacks (where the cells say what they are)."""
+        """The scale-controlled cells a claim compares with, with their controls, and
+        the paper's controls the group lacks (where the cells say what they are)."""
         named = ", ".join(f"{c} ({self.cells[c].control})" if self.cells[c].control else c
                           for c in self.controls)
         known = [self.cells[c].control for c in self.controls if self.cells[c].control]
-        lacks = [k for k in CONTROLS if known and not any(k in have for have in known)]
+        wanted = CONTROLS if self.scope == "every" else PAPER_CONTROLS
+        lacks = [k for k in wanted if known and not any(k in have for have in known)]
         return named + (f"; this group has no {' and no '.join(lacks)} cell" if lacks else "")
+
+    def growth(self, c: str, k: int) -> np.ndarray:
+        """Per draw: cell c's state scale after loop k over its scale after loop 1 (the
+        depth sweep's mean RMS), how far the loops grow the state by loop k."""
+        scale = _sweep_means(self.docs, self.cell(c).sweep, c, "scale", (1, k))
+        return scale[-1] / scale[0]
 
     def lemma2(self, c: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return _lemma2_draws(self.docs, self.cell(c).sweep, c)
@@ -289,7 +317,8 @@ def seed_groups(g: GroupA) -> list[GroupA]:
     """The group once per seed index, every cell of 2 to FEW_SEEDS - 1 seeds restricted
     to that seed's run (none where no cell has so few)."""
     few = [v.seeds for v in g.cells.values() if 1 < v.seeds < FEW_SEEDS]
-    return [GroupA.of({c: _seed(v, i) for c, v in g.cells.items()}, g.docs, g.p, g.recipe)
+    return [dataclasses.replace(GroupA.of({c: _seed(v, i) for c, v in g.cells.items()},
+                                          g.docs, g.p, g.recipe), scope=g.scope)
             for i in range(max(few, default=0))]
 
 
