@@ -9,8 +9,9 @@ from conftest import TINY
 from conftest import tiny_model as make
 from conftest import tiny_tokens as tokens
 
-from loopscope.weights.config import ModelConfig
+from loopscope.weights.config import ModelConfig, TrainConfig
 from loopscope.weights.model import LoopedLM, StableInjection, param_count, schedule
+from loopscope.weights.train import optimizer
 
 
 def test_shapes_and_loop_count():
@@ -222,17 +223,19 @@ def test_schedule_says_which_loops_build_a_graph_and_are_read(loops, read, grad,
 
 def test_stable_injection_contracts_the_state_whatever_its_parameters():
     """A_bar = exp(-Delta A) lies in (0, 1) per channel for any parameter values, as
-    float32 computes it; Parcae's initialisation gives A_bar = sqrt(1/5) and B_bar = Delta
-    (b = 1); the option is off by default."""
+    float32 computes it; Parcae's initialisation gives A_bar = sqrt(1/5), Delta =
+    -log(sqrt(1/5)) and B the identity; the injection input is normalised first; the
+    option is off by default."""
     assert ModelConfig().inject == "none"
     inj = StableInjection(64)
-    a_bar, b_bar = inj.coefficients()
+    a_bar, step = inj.coefficients()
     assert torch.allclose(a_bar, torch.full((64,), 5 ** -0.5), atol=1e-6)
-    assert torch.allclose(b_bar, torch.full((64,), -math.log(5 ** -0.5)), atol=1e-6)
+    assert torch.allclose(step, torch.full((64,), -math.log(5 ** -0.5)), atol=1e-6)
+    assert torch.equal(inj.b, torch.eye(64)) and inj.b.shape == (64, 64)  # a full B
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for scale in (1.0, 10.0, 100.0, 1e4):
-            for p in (inj.a, inj.delta, inj.b):
+            for p in (inj.a, inj.delta):
                 p.copy_(torch.randn(64, generator=gen) * scale)
             a_bar, _ = inj.coefficients()
             assert (a_bar > 0).all() and (a_bar < 1).all(), scale
@@ -241,13 +244,20 @@ def test_stable_injection_contracts_the_state_whatever_its_parameters():
         inj.a.fill_(1e4), inj.delta.fill_(1e4)  # rate -> inf: A_bar would round to 0
         assert (inj.coefficients()[0] > 0).all()
     h, e = torch.randn(2, 3, 64), torch.randn(2, 3, 64)
-    a_bar, b_bar = inj.coefficients()
-    assert torch.allclose(inj(h, e), a_bar * h + b_bar * e)
+    a_bar, step = inj.coefficients()
+    normed = e / e.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
+    assert torch.allclose(inj(h, e), a_bar * h + step * normed @ inj.b.T, atol=1e-6)
+    assert torch.allclose(inj(h, 1000 * e), inj(h, e), atol=1e-4)  # e's scale never enters
 
 
-def test_stable_injection_is_counted_and_gets_gradients():
+def test_stable_injection_is_counted_gets_gradients_and_no_weight_decay():
     model = make(inject="stable")
-    assert model.num_params() == param_count(model.cfg) == param_count(TINY) + 3 * TINY.d_model
+    d = TINY.d_model
+    assert model.num_params() == param_count(model.cfg) == param_count(TINY) + d * d + 3 * d
     model(tokens()).logits[-1].sum().backward()
     assert all(p.grad is not None for p in model.stable.parameters())
+    opt = optimizer(model, TrainConfig(weight_decay=0.1))
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert not decayed & {id(p) for p in model.stable.parameters()}  # as Parcae's
+    assert id(model.head.weight) in decayed
     assert make().stable is None

@@ -199,7 +199,7 @@ def cost(cfg: ModelConfig) -> Cost:
     d, t = cfg.d_model, cfg.context
     ffn = (3 if cfg.ffn == "swiglu" else 2) * 4 * d * d
     block = 2 * (4 * d * d + ffn) + 2 * d * (t + 1)
-    adapter = 2 * 2 * d * d if cfg.inject == "concat_adapter" else 0
+    adapter = {"concat_adapter": 2 * 2 * d * d, "stable": 2 * d * d}.get(cfg.inject, 0)
     return Cost(prelude=cfg.n_prelude * block, loop=cfg.n_core * block + adapter,
                 readout=cfg.n_coda * block + 2 * d * cfg.vocab_size)
 
@@ -214,7 +214,7 @@ def param_count(cfg: ModelConfig) -> int:
     return (cfg.vocab_size * d + cfg.context * d
             + (cfg.n_prelude + cfg.n_core + cfg.n_coda) * block
             + (2 * d * d if cfg.inject == "concat_adapter" else 0)
-            + (3 * d if cfg.inject == "stable" else 0)
+            + (d * d + 3 * d if cfg.inject == "stable" else 0)
             + (d if cfg.inter_loop_norm else 0) + d)
 
 
@@ -229,13 +229,15 @@ class LoopOutput:
 
 
 class StableInjection(nn.Module):
-    """Parcae's stable injection (Prairie, Novack, Berg-Kirkpatrick, Fu 2026): a loop
-    starts from A_bar h + B_bar e, per channel, with A_bar = exp(-Delta A), A = exp(a),
-    Delta = softplus(delta) and B_bar = Delta b. Every entry of A_bar lies in (0, 1)
-    whatever the parameters (Delta A is kept in [MIN_RATE, MAX_RATE], so float32 rounds
-    it to neither 0 nor 1): the carried state is contracted every loop, and what the
-    core adds on top is all that can grow it. Initialised as Parcae does: A = 1, Delta
-    such that A_bar = DECAY, b = 1 (their B is the identity)."""
+    """Parcae's stable injection (Prairie, Novack, Berg-Kirkpatrick, Fu 2026, its
+    DiagonalInjection): a loop starts from A_bar h + Delta (B RMSNorm(e)), with A_bar =
+    exp(-Delta A), A = exp(a) and Delta = softplus(delta) per channel, and B a full
+    d x d matrix applied to the normalised injection input (Parcae normalises its
+    prelude's output). Every entry of A_bar lies in (0, 1) whatever the parameters
+    (Delta A is kept in [MIN_RATE, MAX_RATE], so float32 rounds it to neither 0 nor 1):
+    the carried state is contracted every loop, and what the core adds on top is all
+    that can grow it. Initialised as Parcae does: A = 1, Delta such that A_bar = DECAY,
+    B the identity. Its parameters take no weight decay (Parcae's `_no_weight_decay`)."""
 
     DECAY = math.sqrt(1.0 / 5.0)  # Parcae's initial A_bar, about 0.447
     MIN_RATE, MAX_RATE = 1e-6, 30.0
@@ -245,20 +247,23 @@ class StableInjection(nn.Module):
         rate = -math.log(self.DECAY)  # Delta at A = 1; delta is its inverse softplus
         self.a = nn.Parameter(torch.zeros(d))
         self.delta = nn.Parameter(torch.full((d,), rate + math.log(-math.expm1(-rate))))
-        self.b = nn.Parameter(torch.ones(d))
+        self.b = nn.Parameter(torch.eye(d))
+        self.norm = RMSNorm(d)  # the injection input's normalisation
+        for param in self.parameters():
+            param.no_weight_decay = True
 
     def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(A_bar, B_bar), each per channel. The rate Delta A is formed in log space,
+        """(A_bar, Delta), each per channel. The rate Delta A is formed in log space,
         log Delta + a, so that no parameter value overflows it to inf or nan (softplus
         is exp(x) below -20, where its log is x)."""
         d = self.delta
         log_step = torch.where(d < -20, d, torch.log(F.softplus(d.clamp(min=-20))))
         log_rate = (log_step + self.a).clamp(math.log(self.MIN_RATE), math.log(self.MAX_RATE))
-        return torch.exp(-torch.exp(log_rate)), torch.exp(log_step) * self.b
+        return torch.exp(-torch.exp(log_rate)), torch.exp(log_step)
 
     def forward(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-        a_bar, b_bar = self.coefficients()
-        return a_bar * h + b_bar * e
+        a_bar, step = self.coefficients()
+        return a_bar * h + step * F.linear(self.norm(e), self.b)
 
 
 class LoopedLM(nn.Module):
@@ -368,15 +373,22 @@ class LoopedLM(nn.Module):
 
     def initial_state(self, e: torch.Tensor, generator: torch.Generator | None = None
                       ) -> torch.Tensor:
-        """H_0. embed: the prelude output. noise: Huginn's initialize_state, a
-        truncated normal (+-3 sigma, sigma = sqrt(2/(5d))) times sqrt(d); pass a seeded
+        """H_0. embed: the prelude output. noise: drawn like the embeddings are, a
+        truncated normal (+-3 sigma) with the embeddings' initial sigma, times the
+        embedding scale: Huginn's initialize_state under Huginn's init (sigma =
+        sqrt(2/(5d)), times sqrt(d)), Parcae's "like-init" under any. Pass a seeded
         generator to draw the same H_0 in every stage (training uses torch's RNG)."""
         if self.cfg.state_init == "embed":
             return e
-        std = math.sqrt(2.0 / (5 * self.cfg.d_model))
+        std = self.embedding_std()
         noise = torch.empty(e.shape, dtype=e.dtype, device=e.device)
         nn.init.trunc_normal_(noise, std=std, a=-3 * std, b=3 * std, generator=generator)
-        return noise * math.sqrt(self.cfg.d_model)
+        return noise * self.embed_scale if self.embed_scale != 1.0 else noise
+
+    def embedding_std(self) -> float:
+        """The sigma the token embeddings are initialised with (init_weights)."""
+        return {"gpt2": 0.02, "paper_a": 1.0}.get(self.cfg.init,
+                                                  math.sqrt(2 / (5 * self.cfg.d_model)))
 
     def carry(self, h: torch.Tensor, first: bool | torch.Tensor = False) -> torch.Tensor:
         """What a loop starts from: carry(H_0, first=True) for loop 1, carry(H_k) for

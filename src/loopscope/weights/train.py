@@ -134,9 +134,11 @@ def _log(live: Any, row: dict[str, float]) -> None:
 def optimizer(model: LoopedLM, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with train.betas; weight decay on the matrices only (decay_on: matrices; the
     gains and biases are in a group without it) or on every parameter (decay_on: all,
-    norm gains and embeddings included, as paper A's reference code has it)."""
+    norm gains and embeddings included, as paper A's reference code has it); never on a
+    parameter marked `no_weight_decay` (the stable injection's, as Parcae has it)."""
     def decayed(p: torch.nn.Parameter) -> bool:
-        return cfg.decay_on == "all" or p.dim() >= 2
+        return ((cfg.decay_on == "all" or p.dim() >= 2)
+                and not getattr(p, "no_weight_decay", False))
 
     decay = [p for p in model.parameters() if decayed(p)]
     no_decay = [p for p in model.parameters() if not decayed(p)]
