@@ -2,7 +2,9 @@
 backbone, each policy at its matched threshold against the honest baseline (uniform
 depth min(R, M), M the smallest uniform depth that matches depth R) and against depth R,
 beside the FLOP speedup of the same exits (loopscope.measure.bench_exits; by hand,
-python -m loopscope.tools.bench exits). Timings, so apart from the reproducible metrics:
+python -m loopscope.tools.bench exits), each mode's timings checked (uniform depth R
+within R/B of uniform depth B's time) and named in the last line where they fail; a
+progress bar counts the rounds. Timings, so apart from the reproducible metrics:
 
     python stages/bench_exits.py --cell <cell> --policies metrics/policies/<cell>.json
         --out metrics/bench/exits.json

@@ -96,6 +96,7 @@ def test_repro_writes_report_and_finite_metrics(reproduced):
     bench = json.loads((repo / "metrics" / "bench" / "exits.json").read_text())
     for mode in ("scoring", "generation_batch1", "generation_batched"):
         assert set(bench[mode]["realized"]) == set(bench[mode]["flop_speedup"])
+        assert {"ratio", "bound", "holds", "rounds"} <= set(bench[mode]["depth_check"])
     for cell in CELLS:
         metrics = json.loads((repo / "metrics" / "diagnose" / f"{cell}.json").read_text())
         assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3", "k4"}

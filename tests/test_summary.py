@@ -188,3 +188,19 @@ def test_the_ledger_block_names_the_machine_and_the_policy():
                             "uniform depth 6")
     assert "| scoring | exit checks | 0.0000 | 0.2000 | 0.2000 |" in found
     assert found.count("**generation_batch") == 2
+
+
+def test_the_runtime_rows_read_each_rule_against_both_depths_and_flag_its_timings():
+    from test_tables_b import bench as timed
+    from test_tables_b import checked
+    b = timed()
+    b["generation_batch1"] = {**b["generation_batch1"], "depth_check": checked(2.1, False)}
+    b["scoring"] = {**b["scoring"], "depth_check": checked(1.3, True)}
+    rows = {r["mode"]: r for r in summary.runtime_rows(b)}
+    assert rows["scoring"] == {
+        "mode": "scoring", "policy": "kl", "mean loops": "5.00",
+        "realized vs depth 6": "1.50x", "FLOP speedup vs depth 6": "1.30x",
+        "realized vs depth R": "1.80x", "FLOP speedup vs depth R": "1.60x",
+        "depth check": "holds"}
+    assert rows["generation_batch1"]["depth check"] == "fails (2.10x > 1.47x)"
+    assert rows["generation_batched"]["depth check"] == "not checked"

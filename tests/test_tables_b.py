@@ -22,6 +22,7 @@ from loopscope.render.tables_b import (
     convergence_line,
     cross_table,
     cycle_table,
+    depth_check_line,
     elasticity_curves,
     elasticity_table,
     exit_benchmark,
@@ -43,6 +44,7 @@ from loopscope.render.tables_b import (
     token_loops,
     token_table,
     type_order,
+    untimed_line,
 )
 
 matplotlib.use("Agg")
@@ -344,8 +346,52 @@ def test_the_acceleration_row_says_whether_it_beats_a1_in_flops():
     p["latent-acceleration"] = {**p["kl"], "mean_loops": 5.5, "flops_ratio": 0.55,
                                 "flops_ratio_iv": iv(0.55, 0.5, 0.6)}
     p["kl"]["mean_loops"] = 5.0
-    assert acceleration_line(p).endswith("in fewer FLOPs than A1.")
+    line = acceleration_line(p)
+    assert "FLOPs 0.55 [0.5, 0.6] of depth R and 0.800 of uniform depth 6 (the baseline A1 " \
+           "is held to)" in line and line.endswith("in fewer FLOPs than A1.")
     p["latent-acceleration"]["flops_ratio"] = 0.7
     assert acceleration_line(p).endswith("in no fewer FLOPs than A1.")
+    p["latent-acceleration"]["flops_ratio_baseline"] = 1.2  # beats A1, not uniform depth 6
+    assert acceleration_line(p).endswith("in no fewer FLOPs than A1, and in no fewer than "
+                                         "uniform depth 6.")
     p["latent-acceleration"] = {"matched": False}
     assert acceleration_line(p).startswith("latent-acceleration matched depth R's quality at no")
+
+
+def checked(ratio: float, holds: bool, retimed: int = 0) -> dict:
+    return {"uniform": [8, 6], "ratio": ratio, "bound": 8 / 6 * 1.1, "holds": holds,
+            "rounds": 3, "retimed": retimed, "failed_rounds": 0 if holds else 3,
+            "spread": 0.05, "extended": False}
+
+
+def test_the_page_flags_a_mode_whose_timings_do_not_add_up():
+    b = {**bench(), "r": 8}
+    assert "taken before the check" in depth_check_line(b)  # older timings: said so
+    assert set(speedup_table(b)["depth check"]) == {"not checked"}
+    for mode in ("scoring", "generation_batch1", "generation_batched"):
+        b[mode] = {**b[mode], "depth_check": checked(1.3, True)}
+    b["generation_batch1"]["depth_check"] = checked(2.1, False, retimed=3)
+    line = depth_check_line(b)
+    assert "at most 8/6 = 1.33x the time of uniform depth 6; the bound, with slack for " \
+           "jitter, is 1.47x" in line
+    assert "generation_batch1 2.10x, **fails** (3 rounds kept, 3 retimed, 3 still over)" \
+           in line and "scoring 1.30x, holds" in line
+    assert "**Flagged: generation_batch1**" in line
+    table = speedup_table(b).set_index("mode")
+    assert table.loc["generation_batch1", "depth check"] == "fails"
+    assert table.loc["scoring", "depth check"] == "holds"
+    assert list(table.columns[-4:]) == ["realized vs depth R", "FLOP speedup vs depth R",
+                                        "measured speedup vs depth R", "depth check"]
+    for mode in ("scoring", "generation_batched"):  # the best realized is batch 1's, flagged
+        b[mode]["realized"] = {"kl": 1.0}
+    assert "(kl, generation_batch1) (that mode fails the depth check)" in runtime_goal(b)
+    b["generation_batch1"]["depth_check"] = checked(1.3, True)
+    assert depth_check_line(b).endswith("Every mode's timings add up.")
+    assert depth_check_line({**b, "baseline_depth": 8}).startswith(
+        "**Depth check**: the baseline is depth R = 8")
+
+
+def test_the_page_names_the_timed_rules_left_out():
+    assert untimed_line(bench()) is None
+    line = untimed_line({**bench(), "not_timed": {"cosine": "no setting matched"}})
+    assert line == "Not timed: `cosine` (no setting matched)."

@@ -16,6 +16,7 @@ Every ratio reads against the honest baseline, uniform depth B = min(R, M) with 
 smallest uniform depth that matches depth R's quality (metrics/policies' baseline_depth):
 a per-token policy saves nothing unless it beats the depth a uniform model needs anyway.
 The same ratio against depth R sits beside it (`_vs_r`).
+
     realized        time of uniform depth B / time of the policy (the headline)
     flop_speedup    FLOPs of uniform depth B / FLOPs of the same exit decisions, checks
                     included (LoopedLM.cost: attention at the mean query position). Not a
@@ -31,6 +32,18 @@ The same ratio against depth R sits beside it (`_vs_r`).
                     loops, key/value handling, gathering, checks, once-per-token work
                     and the rest (loopscope.measure.ledger), beside uniform depth B run
                     through the same runtime
+    depth_check     each mode's check of its timings (below): uniform depth R's median
+                    time over uniform depth B's against the bound, the rounds kept, set
+                    aside (`retimed_seconds` keeps them) and still failing, their spread
+    not_timed       each timed rule left out (no matched setting, or no exit before R)
+
+The depth check: only the loops grow with depth (the prelude, coda and readout run once a
+token), so uniform depth R takes at most R/B the time of uniform depth B. Every round of
+every mode is checked against R/B x (1 + DEPTH_SLACK); a round above it says the machine
+changed speed inside the round, and is timed again; where rounds spread, more are timed
+(loopscope.measure.rounds.checked_rounds). A mode whose medians still break the bound is
+flagged (`depth_check.holds` false): its ratios are the machine's noise as much as the
+runtime's.
 
 It imports neither the training benchmark (loopscope.tools.bench_train) nor the training loop
 (loopscope.weights.train): the bench_exits stage depends on exactly the modules it imports
@@ -46,13 +59,14 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from loopscope.base.errors import ParamsError
 from loopscope.base.machine import cpu_model
 from loopscope.measure import ledger, runtime
 from loopscope.measure.exits import Policy, Uniform, make
 from loopscope.measure.masked import flops_per_token, masked_forward
-from loopscope.measure.rounds import interleaved, interleaved_rounds, top_ops
+from loopscope.measure.rounds import checked_rounds, interleaved, timed_round, top_ops
 from loopscope.measure.rules import TIMED
 from loopscope.measure.runs import Windows, trained_runs
 from loopscope.weights.model import LoopedLM
@@ -62,6 +76,12 @@ from loopscope.weights.params import View
 READS = ("bench.repeats", "bench.decode_tokens", "convergence.windows", "policies.first",
          "policies.every", "policies.batch_size")
 MIN_REPEATS = 3  # every mode is a median over at least this many interleaved rounds
+# The depth check's slack (module doc): uniform depth R may take up to R/B x (1 + this) the
+# time of uniform depth B in a round. The bound R/B is already above what the model can
+# take (the once-per-token work does not grow with depth); the slack is for timing
+# jitter alone.
+DEPTH_SLACK = 0.1
+MODES = ("scoring", "generation_batch1", "generation_batched")
 
 
 def _batches(w: Windows, size: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
@@ -121,10 +141,29 @@ def speedups(base: float, cost: dict[str, float]) -> dict[str, float]:
     return {n: base / c for n, c in cost.items()}
 
 
-def _timings(rounds: dict[str, list[float]], tokens: int) -> dict[str, Any]:
-    seconds = {n: statistics.median(v) for n, v in rounds.items()}
-    return {"seconds": seconds, "round_seconds": rounds,
-            "tokens_per_s": {n: tokens / v for n, v in seconds.items()}}
+def depth_bound(r: int, b: int) -> float:
+    """The most uniform depth r may take against uniform depth b: r/b and the slack."""
+    return r / b * (1 + DEPTH_SLACK)
+
+
+def timed(time_round: Callable[[int], dict[str, float]], r: int, b: int, repeats: int,
+          tokens: int, bar: tqdm | None = None) -> dict[str, Any]:
+    """A mode's timings under the depth check (module doc): time_round(i) times round i
+    of the mode's jobs, uniform depths r and b among them; each job's median seconds,
+    every kept round, the rounds set aside by a retime, and the check on the medians."""
+    ur, ub, bound = f"uniform {r}", f"uniform {b}", depth_bound(r, b)
+    checked = checked_rounds(time_round, repeats, lambda got: got[ur] <= bound * got[ub], bar)
+    seconds = {n: statistics.median(v) for n, v in checked.rounds.items()}
+    ratio = seconds[ur] / seconds[ub]
+    return {"seconds": seconds, "round_seconds": checked.rounds,
+            "retimed_seconds": checked.retimed,
+            "tokens_per_s": {n: tokens / v for n, v in seconds.items()},
+            "depth_check": {"uniform": [r, b], "ratio": ratio, "bound": bound,
+                            "holds": ratio <= bound,
+                            "rounds": len(checked.rounds[ur]),
+                            "retimed": len(checked.retimed.get(ur, [])),
+                            "failed_rounds": checked.failed, "spread": checked.spread,
+                            "extended": checked.extended}}
 
 
 def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedLM, r: int, b: int
@@ -140,7 +179,7 @@ def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedLM, r: in
 
 
 def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b: int,
-            batch: int, repeats: int) -> dict[str, Any]:
+            batch: int, repeats: int, bar: tqdm | None = None) -> dict[str, Any]:
     """Teacher-forced scoring of the windows: uniform depths R and b (plain forward
     passes), every policy through the runtime, and A1 through the masked forward."""
     data = _batches(w, batch)
@@ -169,8 +208,8 @@ def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b:
     for name in set(jobs) - set(policies):  # warm-up, untimed (the policies ran above)
         jobs[name]()
     out: dict[str, Any] = {"tokens": int(w.x.numel()), "batch_windows": batch,
-                           **_timings(interleaved_rounds(jobs, repeats, warm=False),
-                                      int(w.x.numel()))}
+                           **timed(lambda i: timed_round(jobs, i), r, b, repeats,
+                                   int(w.x.numel()), bar)}
     seconds = out["seconds"]
     _ratios(out, {n: d["flops"] for n, d in decisions.items()}, model, r, b)
     cal = calibrate(model, data[0][0], data[0][2], any(p.needs_logits for p in policies.values()))
@@ -201,7 +240,8 @@ def _checks_per_loop(rn: runtime.ScoreRun, policy: Policy, r: int) -> list[int]:
 
 
 def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b: int,
-             streams: int, tokens: int, repeats: int) -> dict[str, Any]:
+             streams: int, tokens: int, repeats: int, bar: tqdm | None = None
+             ) -> dict[str, Any]:
     """Token-by-token decoding, teacher-forced on the first `streams` windows cut to
     `tokens` tokens, streams depth-wise batched; uniform depths R and b through the same
     decoder (every token runs the cap)."""
@@ -214,8 +254,8 @@ def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b
             for n, (p, cap) in configs.items()}
     runs = {n: job() for n, job in jobs.items()}  # the decisions, and the warm-up
     out: dict[str, Any] = {"streams": streams, "tokens_per_stream": tokens,
-                           **_timings(interleaved_rounds(jobs, repeats, warm=False),
-                                      int(x.numel()))}
+                           **timed(lambda i: timed_round(jobs, i), r, b, repeats,
+                                   int(x.numel()), bar)}
     flops = {n: flops_per_token(model, runs[n].exit_loop.cpu().numpy(),
                                 runs[n].checks.cpu().numpy(), p.needs_logits)
              for n, p in policies.items()}
@@ -229,12 +269,13 @@ def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b
 
 
 def ledgers(model: LoopedLM, w: Windows, name: str, policy: Policy, r: int, b: int,
-            batch: int, tokens: int, repeats: int) -> dict[str, Any]:
+            batch: int, tokens: int, repeats: int, bar: tqdm | None = None
+            ) -> dict[str, Any]:
     """Where the time goes (loopscope.measure.ledger), in each mode, for one policy at
     its matched threshold and for uniform depth b through the same runtime: the
     seconds of each part (its marks timed; the call of median wall time), and the same
     calls' median seconds without the marks (`measured`, interleaved), against which
-    the parts are checked."""
+    the parts are checked. `bar` advances a step a mode."""
     xb, hb = w.x[:batch], None if w.h0 is None else w.h0[:batch]
     xs, hs = w.x[:, :tokens], None if w.h0 is None else w.h0[:, :tokens]
 
@@ -250,6 +291,9 @@ def ledgers(model: LoopedLM, w: Windows, name: str, policy: Policy, r: int, b: i
                 name: lambda c=call: c(policy, r)}
         modes[mode] = {"parts": _median_ledgers(jobs, repeats, w.x.device),
                        "measured": interleaved(jobs, repeats)}
+        if bar is not None:
+            bar.set_description(f"bench exits: ledger ({mode})")
+            bar.update()
     return {"policy": name, "uniform_depth": b, "labels": ledger.PARTS, "modes": modes}
 
 
@@ -271,11 +315,26 @@ def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> 
     return top_ops(lambda: runtime.score(model, xb, policy, r, hb))
 
 
+def not_timed(metrics: dict[str, Any]) -> dict[str, str]:
+    """Each rule of TIMED that matched_policies leaves out, and why."""
+    out = {}
+    for rule in TIMED:
+        q = metrics.get(rule)
+        if q is None:
+            out[rule] = "not swept"
+        elif not q.get("matched"):
+            out[rule] = "no setting matched depth R's quality"
+        elif q["mean_loops"] >= metrics["r"]:
+            out[rule] = "matched only by running every token to depth R"
+    return out
+
+
 def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None = None
           ) -> dict[str, Any]:
     """The exit benchmark (module doc) on `cell`, whose policies stage wrote metrics
     (metrics/policies/<cell>.json). params: bench.repeats, bench.decode_tokens,
-    convergence.windows, policies.first, .every and .batch_size (READS)."""
+    convergence.windows, policies.first, .every and .batch_size (READS). A progress bar
+    counts the modes' rounds, then the ledger's modes."""
     repeats = params.bench.repeats if repeats is None else repeats
     if repeats < MIN_REPEATS:
         raise ParamsError(f"--repeats is {repeats}; every mode is a median over at least "
@@ -287,28 +346,35 @@ def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None 
     model, cfg = first.model, params.policies
     torch.set_num_threads(first.cell.train.threads)
     sets = first.window_sets(params.convergence.windows, "convergence.windows")
-    with torch.no_grad():  # fp32 (first.compute), as the policies stage measured
-        policies = matched_policies(metrics, cfg.first, cfg.every)
-        report = sets["report"]
-        result = {
+    policies = matched_policies(metrics, cfg.first, cfg.every)
+    report = sets["report"]
+    with torch.no_grad(), tqdm(total=len(MODES) * repeats + len(MODES) * bool(policies),
+                               desc="bench exits", unit="step", mininterval=2) as bar:
+        def mode(name: str) -> tqdm:
+            bar.set_description(f"bench exits: {name}")
+            return bar
+        result = {  # fp32 (first.compute), as the policies stage measured
             "cell": cell, "run": first.tag, "r": r, "matched_depth": m,
             "baseline_depth": b, "repeats": repeats,
             "thresholds": {n: metrics[n]["threshold"] for n in policies},
+            "not_timed": not_timed(metrics),
             "check_schedule": {"first": cfg.first, "every": cfg.every},
             "machine": {"cpu": cpu_model(),
                         "threads": torch.get_num_threads(), "torch": torch.__version__,
                         "device": str(first.compute.device)},
-            "scoring": scoring(model, report, policies, r, b, cfg.batch_size, repeats),
-            "generation_batch1": decoding(model, report, policies, r, b, 1, tokens, repeats),
+            "scoring": scoring(model, report, policies, r, b, cfg.batch_size, repeats,
+                               mode("scoring")),
+            "generation_batch1": decoding(model, report, policies, r, b, 1, tokens, repeats,
+                                          mode("generation_batch1")),
             "generation_batched": decoding(model, report, policies, r, b, cfg.batch_size,
-                                           tokens, repeats),
+                                           tokens, repeats, mode("generation_batched")),
         }
         if policies:
             best = max(policies, key=lambda n: result["scoring"]["realized"][n])
             result["profile"] = {"policy": best, "top_ops": profile(
                 model, report, policies[best], r, cfg.batch_size)}
             result["ledger"] = ledgers(model, report, best, policies[best], r, b,
-                                       cfg.batch_size, tokens, repeats)
+                                       cfg.batch_size, tokens, repeats, bar)
     return result
 
 
@@ -318,5 +384,8 @@ def headline(result: dict[str, Any]) -> str:
     found = ", ".join(f"{n} {v:.2f}x (FLOPs {s['flop_speedup'][n]:.2f}x; "
                       f"{s['realized_vs_r'][n]:.2f}x vs depth {result['r']})"
                       for n, v in s["realized"].items())
+    flagged = "".join(f"; {mode} fails the depth check (uniform {c['uniform'][0]} took "
+                      f"{c['ratio']:.2f}x uniform {c['uniform'][1]}, bound {c['bound']:.2f}x)"
+                      for mode in MODES if not (c := result[mode]["depth_check"])["holds"])
     return (f"bench exits {result['cell']}: scoring against uniform depth "
-            f"{result['baseline_depth']}: {found}")
+            f"{result['baseline_depth']}: {found}{flagged}")

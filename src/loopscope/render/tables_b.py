@@ -338,9 +338,16 @@ def exit_regime(bench: dict[str, Any], x: Inputs) -> str | None:
 BENCH_MODES = ("scoring", "generation_batch1", "generation_batched")
 
 
+def _check_word(mode: dict[str, Any]) -> str:
+    """A mode's depth check in a word: holds, fails, or not checked (older timings)."""
+    check = mode.get("depth_check")
+    return "not checked" if check is None else "holds" if check["holds"] else "fails"
+
+
 def speedup_table(bench: dict[str, Any]) -> pd.DataFrame:
-    """A row per benchmark mode and policy: mean loops, realized, FLOP and measured
-    speedup against the baseline depth, and realized and FLOP speedup against depth R."""
+    """A row per benchmark mode and policy: mean loops, then the realized (wall clock),
+    FLOP and measured speedup against the baseline depth (the smallest uniform depth
+    matching depth R) and the same against depth R, and the mode's depth check."""
     base = bench["baseline_depth"]
     rows = []
     for mode in BENCH_MODES:
@@ -352,8 +359,46 @@ def speedup_table(bench: dict[str, Any]) -> pd.DataFrame:
                          f"measured speedup vs depth {base}":
                              b.get("measured_speedup", {}).get(policy),
                          "realized vs depth R": b["realized_vs_r"][policy],
-                         "FLOP speedup vs depth R": b["flop_speedup_vs_r"][policy]})
+                         "FLOP speedup vs depth R": b["flop_speedup_vs_r"][policy],
+                         "measured speedup vs depth R":
+                             b.get("measured_speedup_vs_r", {}).get(policy),
+                         "depth check": _check_word(b)})
     return pd.DataFrame(rows)
+
+
+def depth_check_line(bench: dict[str, Any]) -> str:
+    """One paragraph: each mode's depth check (loopscope.measure.bench_exits): uniform
+    depth R's median time over uniform depth B's against the bound, its rounds, retimes
+    and rounds still over; a mode that fails is named, its ratios to be read as the
+    machine's noise as much as the runtime's."""
+    r, base = bench["r"], bench["baseline_depth"]
+    if r == base:
+        return f"**Depth check**: the baseline is depth R = {r}; there is no second depth."
+    checks = {m: bench[m]["depth_check"] for m in BENCH_MODES
+              if "depth_check" in bench.get(m, {})}
+    if not checks:
+        return ("**Depth check**: these timings were taken before the check that uniform "
+                f"depth {r} takes at most {r}/{base} the time of uniform depth {base}: "
+                "read their ratios with care.")
+    bound = next(iter(checks.values()))["bound"]
+    parts = [f"{m} {c['ratio']:.2f}x, {'holds' if c['holds'] else '**fails**'} "
+             f"({c['rounds']} rounds kept, {c['retimed']} retimed, {c['failed_rounds']} "
+             f"still over)" for m, c in checks.items()]
+    failed = [m for m, c in checks.items() if not c["holds"]]
+    return (f"**Depth check**: only the loops grow with depth, so uniform depth {r} takes "
+            f"at most {r}/{base} = {r / base:.2f}x the time of uniform depth {base}; the "
+            f"bound, with slack for jitter, is {bound:.2f}x. " + "; ".join(parts) + ". "
+            + (f"**Flagged: {', '.join(failed)}**: uniform depth {r} still took more than "
+               "the bound once its failing rounds were retimed, so that mode's ratios are "
+               "the machine's noise as much as the runtime's." if failed else
+               "Every mode's timings add up."))
+
+
+def untimed_line(bench: dict[str, Any]) -> str | None:
+    """The timed rules the benchmark left out, and why (None: every one was timed)."""
+    left = bench.get("not_timed") or {}
+    return ("Not timed: " + "; ".join(f"`{n}` ({why})" for n, why in left.items()) + "."
+            if left else None)
 
 
 def speedup_bars(bench: dict[str, Any]) -> pd.DataFrame:
@@ -381,8 +426,11 @@ def runtime_goal(bench: dict[str, Any]) -> str:
         return "No policy was timed."
     realized, _, policy, mode = max(found)
     flop = max(f for _, f, _, _ in found)
+    flagged = (" (that mode fails the depth check)" if _check_word(bench[mode]) == "fails"
+               else "")
     line = (f"**Goal {RUNTIME_GOAL:g}x** realized against depth {base}: best {realized:.2f}x "
-            f"({policy}, {mode}), {'met' if realized >= RUNTIME_GOAL else 'not met'}. ")
+            f"({policy}, {mode}){flagged}, "
+            f"{'met' if realized >= RUNTIME_GOAL else 'not met'}. ")
     if flop < RUNTIME_GOAL:
         return line + (f"On this backbone the goal is out of reach by FLOPs: the chosen exits' "
                        f"best FLOP speedup is {flop:.2f}x, so the exits save too little "
@@ -491,18 +539,24 @@ def ledger_lines(bench: dict[str, Any]) -> list[str]:
 def acceleration_line(p: dict[str, Any]) -> str:
     """Whether the latent-acceleration rule (second order, no head) reaches depth R's
     quality in fewer FLOPs than A1, the checks' cost counted (A1 reads the coda and head
-    at every check, a state check costs next to nothing)."""
+    at every check, a state check costs next to nothing); both rules' FLOPs against
+    depth R and against the baseline depth, the smallest uniform depth matching R."""
     acc, kl = p.get("latent-acceleration"), p.get("kl")
     if acc is None or kl is None:
         return "latent-acceleration or A1 was not swept on this backbone."
     if not acc.get("matched") or not kl.get("matched"):
         missing = "latent-acceleration" if not acc.get("matched") else "A1"
         return f"{missing} matched depth R's quality at no setting: nothing to compare."
-    def iv(q: dict[str, Any]) -> str:
-        return str(Interval.of(q["flops_ratio_iv"])) if "flops_ratio_iv" in q else \
-            f"{q['flops_ratio']:.3f}"
+    def iv(q: dict[str, Any], key: str) -> str:
+        return str(Interval.of(q[f"{key}_iv"])) if f"{key}_iv" in q else f"{q[key]:.3f}"
+
+    def flops(q: dict[str, Any]) -> str:
+        return (f"FLOPs {iv(q, 'flops_ratio')} of depth R and "
+                f"{iv(q, 'flops_ratio_baseline')} of uniform depth {p['baseline_depth']}")
     fewer = acc["flops_ratio"] < kl["flops_ratio"]
     return (f"`latent-acceleration` at matched quality: {acc['mean_loops']:.2f} mean loops, "
-            f"FLOPs {iv(acc)} of depth R, checks counted; A1: {kl['mean_loops']:.2f} mean "
-            f"loops, {iv(kl)}. It reaches depth R's quality in "
-            f"{'fewer' if fewer else 'no fewer'} FLOPs than A1.")
+            f"{flops(acc)} (the baseline A1 is held to), checks counted; A1: "
+            f"{kl['mean_loops']:.2f} mean loops, {flops(kl)}. It reaches depth R's quality in "
+            f"{'fewer' if fewer else 'no fewer'} FLOPs than A1"
+            + ("" if acc["flops_ratio_baseline"] < 1 else
+               f", and in no fewer than uniform depth {p['baseline_depth']}") + ".")
