@@ -37,6 +37,7 @@ from loopscope.base.errors import CheckpointError
 from loopscope.measure.exits import KL
 from loopscope.measure.looped import LoopedModel, run_loops
 from loopscope.measure.masked import masked_forward
+from loopscope.measure.sweep import measure, summarize
 from loopscope.weights.huginn import HuginnLM, load_huginn
 from loopscope.weights.huginn_config import HuginnConfig
 
@@ -203,6 +204,20 @@ def test_the_interface_runs_huginns_layout():
     never = masked_forward(model, idx, KL(0.0), cap=6, h0=torch.from_numpy(ref["initial"]))
     torch.testing.assert_close(never.state, states[-1], **TOL)
     assert (never.exit_loop == 6).all()
+
+
+def test_paper_as_depth_sweep_runs_on_huginns_layout():
+    """The sweep's float64 copy (a deep copy, tokenizer included) keeps float64 through
+    Huginn's float32-or-wider norms and rotary embedding."""
+    model, ref = reference("huginn_tiny")
+    idx = torch.from_numpy(ref["tokens"])
+    x, y = idx[:, :-1], idx[:, 1:]
+    got = summarize(measure(model, x, y, np.array([0, 1]), 2, sweep_depth=6))
+    assert set(got["ppl_at_depth"]) == {f"k{k}" for k in range(1, 5)}
+    assert all(np.isfinite(v) for v in got["radial_fraction_token"].values())
+    wide = model.double()
+    h = wide.step(torch.from_numpy(ref["initial"]).double(), wide.inputs(idx))
+    assert h.dtype == wide.read(h).dtype == torch.float64
 
 
 @torch.no_grad()

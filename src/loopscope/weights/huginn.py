@@ -55,9 +55,15 @@ TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints al
 DEPTH_SIGMA = 0.5  # the log-normal's sigma in Huginn's training depth sampler
 
 
+def widened(x: torch.Tensor) -> torch.Tensor:
+    """x in float32 if it is narrower (bf16, fp16), else as it is (a float64 copy of
+    the model keeps its precision)."""
+    return x.float() if x.element_size() < 4 else x
+
+
 class HuginnNorm(nn.Module):
-    """RMSNorm as Huginn computes it: normalized in float32, cast back to the input's
-    dtype, then scaled by the gain (so bf16 weights give Huginn's bf16 numbers)."""
+    """RMSNorm as Huginn computes it: normalized in float32 (or wider), cast back to the
+    input's dtype, then scaled by the gain (so bf16 weights give Huginn's bf16 numbers)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -65,7 +71,7 @@ class HuginnNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x.float()
+        z = widened(x)
         z = z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + self.eps)
         return z.type_as(x) * self.weight
 
@@ -108,8 +114,8 @@ class Rotary(nn.Module):
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x (B, T, H, head_dim) with each channel pair (2i, 2i + 1) turned by its angle,
-    in float32, returned in x's dtype."""
-    pair = x.float().unflatten(-1, (-1, 2))
+    in float32 (or wider), returned in x's dtype."""
+    pair = widened(x).unflatten(-1, (-1, 2))
     a, b = pair[..., 0], pair[..., 1]
     turned = torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1)
     return turned.flatten(-2).type_as(x)
@@ -193,7 +199,9 @@ class HuginnLM(nn.Module):
     def __init__(self, cfg: HuginnConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        blocks = lambda n: nn.ModuleList(SandwichBlock(cfg) for _ in range(n))  # noqa: E731
+        def blocks(n: int) -> nn.ModuleList:
+            return nn.ModuleList(SandwichBlock(cfg) for _ in range(n))
+
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.d_model), prelude=blocks(cfg.n_prelude),
             adapter=nn.Linear(2 * cfg.d_model, cfg.d_model, bias=cfg.adapter_bias),
@@ -310,13 +318,14 @@ class HuginnLM(nn.Module):
 
     def read(self, h: torch.Tensor, last: bool = True, positions: torch.Tensor | None = None
              ) -> torch.Tensor:
-        """A loop's state (B, T, d) -> float32 logits (B, T, V): ln_f, the coda, ln_f
-        again, the head. Every loop reads the same way (last changes nothing)."""
+        """A loop's state (B, T, d) -> logits (B, T, V), float32 or wider: ln_f, the
+        coda, ln_f again, the head. Every loop reads the same way (last changes
+        nothing)."""
         rope = self._rope(h.shape[1], positions, h.device)
         x = self.transformer.ln_f(h)
         for block in self.transformer.coda:
             x = block(x, rope)
-        return F.linear(self.transformer.ln_f(x), self.head_weight).float()
+        return widened(F.linear(self.transformer.ln_f(x), self.head_weight))
 
     @property
     def head_weight(self) -> torch.Tensor:
@@ -354,7 +363,7 @@ def load_huginn(directory: str | Path, dtype: torch.dtype | str = torch.float32,
         raise CheckpointError(f"{directory}: not a directory (a checkpoint directory in "
                               "Huginn's layout: config.json, safetensors weights, "
                               "tokenizer.json)")
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
     cfg = HuginnConfig.read(directory)
