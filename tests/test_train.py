@@ -1,6 +1,9 @@
 """Training objective, schedule, optimizer, divergence handling and checkpoints."""
 
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,3 +147,35 @@ def test_diagnose_metrics_shape(tmp_path):
     assert set(metrics["ppl_at_depth"]) == {"k1", "k2", "k3"}
     assert all(v > 1 for v in metrics["ppl_at_depth"].values())
     assert metrics["norm_mean"]["k1"] > 0
+
+
+# A backbone trained in a child process: every source of randomness paper B's recipe
+# has (sampled depth, noise initial state, truncated backprop, the concat adapter,
+# sandwich norms, Huginn's init) on two threads; prints the weights' digest.
+CHILD = """
+import dataclasses, hashlib, sys, torch
+sys.path.insert(0, {tests!r})
+from conftest import BACKBONE, tiny_cell, tiny_corpus
+from loopscope.weights.train import train_cell
+model = dataclasses.replace(BACKBONE, init="huginn")
+cell = tiny_cell(model, steps=40, depth="lognormal", depth_sigma=0.5, backprop_loops=2,
+                 threads=2)
+trained, summary = train_cell(cell, tiny_corpus())
+digest = hashlib.sha256()
+for name, tensor in trained.state_dict().items():
+    digest.update(name.encode() + tensor.contiguous().numpy().tobytes())
+print(digest.hexdigest(), repr(summary["final_loss"]))
+"""
+
+
+def test_a_backbone_trains_to_the_same_bytes_in_two_processes_side_by_side():
+    """Two processes train the same backbone at once, competing for the cores (thread
+    scheduling differs between them): their weights are the same bytes. On one machine
+    nothing in the backbone's recipe is left to chance."""
+    code = CHILD.format(tests=str(Path(__file__).parent))
+    jobs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [job.communicate(timeout=300) for job in jobs]
+    assert all(job.returncode == 0 for job in jobs), [err[-2000:] for _, err in outs]
+    first, second = (out.split() for out, _ in outs)
+    assert first == second and len(first[0]) == 64
