@@ -185,13 +185,15 @@ def test_units_statement_names_each_papers_unit_rule(paper_a):
 def test_experiment_verdicts_sit_beside_their_baselines(paper_a):
     assert experiment_verdicts("paper_a") is None  # no committed experiment
     rows = [claim_row("a"), claim_row("b", "inconclusive")]
-    write(paths.CLAIMS, claims_json(rows))
+    judged = {"criteria": "0123456789abcdef", "cells": "fedcba9876543210"}
+    write(paths.CLAIMS, claims_json(rows, judged_with=judged))
     turned = [{**rows[0], "verdict": "contradicted"}, rows[1]]
-    write(EXPERIMENTS / "seeds_plus_one.json",
-          {"experiment": "seeds_plus_one", "base_commit": "0123456789abcdef",
-           "params": {"cells.short.seeds": [43]},
-           "claims": {"paper_a": turned, "paper_b": []},
-           "baseline": {"paper_a": rows, "paper_b": []}})
+    experiment = {"experiment": "seeds_plus_one", "base_commit": "0123456789abcdef",
+                  "params": {"cells.short.seeds": [43]},
+                  "judged_with": {**judged, "cells": "0000000000000000"},
+                  "claims": {"paper_a": turned, "paper_b": []},
+                  "baseline": {"paper_a": rows, "paper_b": []}}
+    write(EXPERIMENTS / "seeds_plus_one.json", experiment)
     table, counts, lines = experiment_verdicts("paper_a", ["short", "bb"], exclude=["bb"])
     assert list(table["seeds_plus_one"]) == ["contradicted", "inconclusive"]
     assert list(table["seeds_plus_one base"]) == ["holds", "inconclusive"]
@@ -199,6 +201,23 @@ def test_experiment_verdicts_sit_beside_their_baselines(paper_a):
     assert lines == ("- `seeds_plus_one` (cells.short.seeds=[43]; run on 0123456): **1 "
                      "verdict(s) turned between holds and contradicted**: a claim [ours]")
     assert experiment_verdicts("paper_a", ["bb"]) is None  # it changed no such cell
+
+
+def test_an_experiment_judged_under_other_criteria_says_so(paper_a):
+    """An experiment recorded under another criteria digest (or before digests were
+    kept) is flagged in place of "no verdict turned": its columns compare it with its
+    own baseline, which says nothing of today's criteria."""
+    rows = [claim_row("a"), claim_row("b", "inconclusive")]
+    write(paths.CLAIMS, claims_json(rows, judged_with={"criteria": "aaaa", "cells": "c"}))
+    for judged in ({"criteria": "bbbb", "cells": "c"}, None):
+        write(EXPERIMENTS / "seeds_plus_one.json",
+              {"experiment": "seeds_plus_one", "base_commit": "0123456789abcdef",
+               "params": {"cells.short.seeds": [43]}, "judged_with": judged,
+               "claims": {"paper_a": rows, "paper_b": []},
+               "baseline": {"paper_a": rows, "paper_b": []}})
+        lines = experiment_verdicts("paper_a", ["short"])[2]
+        assert "judged under other criteria than this report's" in lines
+        assert "no verdict turned" not in lines
 
 
 def test_headline_rows_lead_with_their_cell_group(paper_a):

@@ -26,6 +26,7 @@ from loopscope.judge.cells import (
     paper_condition,
     recipe,
 )
+from loopscope.judge.experiments import cells_digest, criteria_digest
 from loopscope.judge.group_a import CellA
 from loopscope.judge.paper_a import init_effect, paper_a_claims
 from loopscope.judge.paper_b import paper_b_claims
@@ -121,6 +122,8 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
     meta = read_json(paths.PREPARED / "meta.json", "prepare")
     return {
         **found,
+        "judged_with": {"criteria": criteria_digest(values),
+                        "cells": cells_digest({c: cfg.to_json() for c, cfg in configs.items()})},
         "mechanism_checks": [r for r in judged_a if r["kind"] == "check"],
         "counts": {k: counts(v) for k, v in found.items()},
         "parameters": criteria.table(values),

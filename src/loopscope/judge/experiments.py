@@ -19,6 +19,7 @@ default.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -37,6 +38,38 @@ from loopscope.base.outputs import read_json
 EXPERIMENTS = paths.EXPERIMENTS
 PAPERS = ("paper_a", "paper_b")
 OPPOSITE = {"holds": "contradicted", "contradicted": "holds"}
+# The modules whose code decides a verdict (and criteria.yaml, the declared parameters):
+# what an experiment's verdicts and the default's are comparable under when equal
+DECIDING = ("verdicts.py", "criteria.py", "criteria.yaml", "cells.py", "group_a.py",
+            "paper_a.py", "backbone.py", "paper_b.py", "settling.py")
+
+
+def criteria_digest(values: Mapping[str, float]) -> str:
+    """A digest of the criteria a run's claims were judged by: the code of the modules
+    that decide verdicts (DECIDING), the declared parameters and their values (values:
+    the claims section). Two runs judged under the same digest are comparable row by
+    row; otherwise a verdict may differ by criterion, not by the run."""
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in DECIDING:
+        path = here / name
+        if path.is_file():
+            digest.update(name.encode() + path.read_bytes())
+    digest.update(json.dumps(dict(values), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def cells_digest(configs: Mapping[str, Any]) -> str:
+    """A digest of the cells a run judged: each cell's resolved config, by name."""
+    return hashlib.sha256(json.dumps(dict(configs), sort_keys=True, default=str)
+                          .encode()).hexdigest()[:16]
+
+
+def stale(experiment: Mapping[str, Any], judged_with: Mapping[str, str] | None) -> bool:
+    """Whether an experiment was judged under other criteria than a run's (judged_with:
+    that run's claims' `judged_with`); one recorded before digests were kept is."""
+    mine = (experiment.get("judged_with") or {}).get("criteria")
+    return mine is None or judged_with is None or mine != judged_with.get("criteria")
 
 
 def changed_params(base: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
@@ -80,7 +113,13 @@ def record(name: str) -> Path:
     base = json.loads(_git("show", f"HEAD:{paths.CLAIMS}"))
     commit = _git("rev-parse", "HEAD").strip()
     path = EXPERIMENTS / f"{name}.json"
+    if claims.get("judged_with", {}).get("criteria") != base.get("judged_with", {}).get(
+            "criteria"):
+        raise DataError(f"{paths.CLAIMS}: the experiment was judged under other criteria than "
+                        f"HEAD's committed claims; commit the default's rerun claims first "
+                        "(`dvc repro claims` on HEAD), then record.")
     write_json(path, {"experiment": name, "base_commit": commit, "params": changed,
+                      "judged_with": claims.get("judged_with"),
                       "claims": {p: claims[p] for p in PAPERS},
                       "baseline": {p: base[p] for p in PAPERS},
                       "criteria": f"the claims' criteria as of {commit[:7]}: the experiment "

@@ -20,7 +20,7 @@ import pandas as pd
 from loopscope.base import paths
 from loopscope.base.outputs import read_json, read_metrics
 from loopscope.judge.cells import cell_group
-from loopscope.judge.experiments import flips, recorded, run_counts, verdict_columns
+from loopscope.judge.experiments import flips, recorded, run_counts, stale, verdict_columns
 from loopscope.measure.units import FEWEST_UNITS, MIN_UNITS
 from loopscope.render.provenance import provenance
 from loopscope.weights.config import load_cell
@@ -286,13 +286,23 @@ def experiment_verdicts(paper: str, cells: list[str] | None = None,
                             {n: {"claims": e["claims"][paper], "baseline": e["baseline"][paper]}
                              for n, e in exps.items()})
     lines = []
+    now = claims().get("judged_with")
     for name, e in exps.items():
         turned = flips(table, name)
         changed = ", ".join(f"{k}={v}" for k, v in e["params"].items())
-        lines.append(f"`{name}` ({changed}; run on {e['base_commit'][:7]}): "
-                     + (f"**{len(turned)} verdict(s) turned between holds and contradicted**: "
-                        + "; ".join(f"{r.claim} [{r.group}]" for r in turned.itertuples())
-                        if len(turned) else "no verdict turned between holds and contradicted"))
+        line = f"`{name}` ({changed}; run on {e['base_commit'][:7]}): "
+        if stale(e, now):
+            line += ("**judged under other criteria than this report's** (its own baseline "
+                     "is the default as judged then): its columns cannot say whether a "
+                     "verdict of today's criteria would turn; rerun it to know. Against its "
+                     f"own baseline, {len(turned)} verdict(s) turned between holds and "
+                     "contradicted")
+        elif len(turned):
+            line += (f"**{len(turned)} verdict(s) turned between holds and contradicted**: "
+                     + "; ".join(f"{r.claim} [{r.group}]" for r in turned.itertuples()))
+        else:
+            line += "no verdict turned between holds and contradicted"
+        lines.append(line)
     return table, run_counts(table), "\n".join(f"- {line}" for line in lines)
 
 
