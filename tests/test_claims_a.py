@@ -414,3 +414,26 @@ def test_a_cell_beyond_the_paper_never_turns_a_finding():
     assert "perloop_stable" not in found["drift"].claim
     assert found["drift_every"].direction != "holds"
     assert found["drift_every"].extends == "drift"
+
+
+def test_every_row_is_declared_and_a_finding_reads_only_its_conditions():
+    """rows.yaml declares what each row reads; a finding of the paper's conditions read
+    no cell beyond them, even with an inter-loop norm and a stable-injection cell in the
+    group, while the extensions beside them did."""
+    from loopscope.judge.criteria import declared
+    cells = paper_a_cells()
+    cells["perloop_stable"] = cell_a(readout="normed", ce=(4.25, 3.9), cos=1e-9, seed=8,
+                                     control="stable injection", paper=False, grow=1.05)
+    beyond = {"perloop_interloop_norm", "perloop_stable"}
+    wide = set()
+    for row in paper_a_claims(cells, VALUES, 200):
+        spec = declared(row.key, row.extends)
+        assert spec["statistic"] and spec["yardstick"], row.key
+        read = set(row.facts.get("cells_read", []))
+        if spec["conditions"] == "paper":
+            assert not read & beyond, (row.key, read)
+        if spec["conditions"] == "every":
+            wide |= read & beyond
+    assert wide == beyond
+    with pytest.raises(KeyError, match="no declaration for the row 'nonsense'"):
+        declared("nonsense")

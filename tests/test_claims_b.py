@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from loopscope.judge.criteria import declared
 from loopscope.judge.paper_b import paper_b_claims
 from loopscope.judge.params import ClaimsConfig
 
@@ -115,6 +116,8 @@ def test_paper_b_claims_hold_on_paper_like_metrics():
         {k: (c.direction, c.magnitude, c.value) for k, c in findings.items()}
     assert found["period_two"].kind == "extension"
     assert found["period_two"].direction == "contradicted"  # no period-2 signature
+    for row in found.values():  # every row says what it reads (rows.yaml)
+        assert declared(row.key, row.extends)["conditions"] == "backbone"
 
 
 def worse_step(k, lo, hi):

@@ -79,6 +79,8 @@ def _records(found: list[Claim], paper: str, configs: dict[str, CellConfig]
         record["id"] = f"{paper}.{c.key or 'absent'}{suffix}"
         if c.extends:
             record["extends"] = f"{paper}.{c.extends}{suffix}"
+        if c.key:
+            record["declared"] = criteria.declared(c.key, c.extends)
         out.append(record)
     return out
 

@@ -34,6 +34,7 @@ class Parameter:
 
 
 SPEC = Path(__file__).with_name("criteria.yaml")  # the declarations, as data
+ROWS = Path(__file__).with_name("rows.yaml")  # what each row reads, as data
 
 
 @functools.cache
@@ -71,6 +72,24 @@ class Criteria:
 
     def values(self) -> dict[str, float]:
         return dict(self._values)
+
+
+@functools.cache
+def rows() -> dict[str, dict[str, str]]:
+    """What each row reads (rows.yaml): its conditions, statistic and yardstick, by key."""
+    return yaml.safe_load(ROWS.read_text())
+
+
+def declared(key: str, extends: str = "") -> dict[str, str]:
+    """A row's declaration (rows.yaml); an extension recomputing a finding over every
+    cell (extends, key `<finding>_every`) reads the finding's, over every cell. A row
+    without one is an error: every row says what it reads."""
+    found = rows().get(key)
+    if found is None and extends and key == f"{extends}_every":
+        found = {**rows()[extends], "conditions": "every"}
+    if found is None:
+        raise KeyError(f"{ROWS.name}: no declaration for the row '{key}'")
+    return dict(found)
 
 
 def table(values: dict[str, float]) -> list[dict[str, Any]]:

@@ -519,6 +519,7 @@ def _judged(judge: Callable[[GroupA], Claim], g: GroupA, seeds: list[GroupA]
         found = judge(here)
         if found.direction != "not shown":
             found.resampled = here.resampled()
+            found.facts["cells_read"] = sorted(here.used)
             on_each_seed(found, judge, here, seeds, p)
             own = here.seed_spread(sorted(here.used))
             if "margin_nats" in p.read and own:
