@@ -259,7 +259,7 @@ class Claim:
         """The row as data (tables/claims.json, its JSON Schema in tests/claims.schema.json)."""
         found, mag = decisive(self.tests), decisive(self.magnitude_tests)
         out = {k: v for k, v in asdict(self).items()
-               if k not in ("tests", "magnitude_tests", "facts")}
+               if k not in ("tests", "magnitude_tests", "facts") and (k != "extends" or v)}
         out["verdict"] = self.verdict
         out["estimate"] = found[0].record(found[1]) if found is not None else None
         out["magnitude_estimate"] = mag[0].record(mag[1]) if mag is not None else None
