@@ -343,6 +343,10 @@ def forest(rows: pd.DataFrame, title: str) -> Drawn:
     return Drawn(fig, forest_alt(rows, title))
 
 
+def _rows(n: int) -> str:
+    return f"{n} row" + ("" if n == 1 else "s")
+
+
 def forest_units(rows: pd.DataFrame) -> list[str]:
     """The forest plot's panels: the rows' units, the known ones in UNIT_ORDER first."""
     found = dict.fromkeys(rows["unit"]) if len(rows) else {}
@@ -359,7 +363,7 @@ def forest_alt(rows: pd.DataFrame, title: str) -> str:
                 "so none is drawn.")
     parts = [rows[rows["unit"] == u] for u in units]
     logs = [_log_scale(sub) for sub in parts]
-    panels = "; ".join(f"{u}: {len(p)} row{'s' if len(p) != 1 else ''}"
+    panels = "; ".join(f"{u}: {_rows(len(p))}"
                        + (", log axis" if log else "")
                        for u, p, log in zip(units, parts, logs, strict=True))
     words = {"holds": "blue circle", "contradicted": "orange cross",
@@ -372,7 +376,7 @@ def forest_alt(rows: pd.DataFrame, title: str) -> str:
             f"unit ({panels}). Each line is the interval the claim's verdict turned on, at "
             f"the level it was judged (95%; {bonferroni} at a Bonferroni level, named in "
             "the label), the band where the claim holds shaded, the paper's number a "
-            f"black bar ({int(rows['paper'].map(math.isfinite).sum())} rows). Colour and "
+            f"black bar ({_rows(int(rows['paper'].map(math.isfinite).sum()))}). Colour and "
             f"marker by verdict: {verdicts}; {int((~rows['robust']).sum())} fragile "
             "(hollow marker).")
 

@@ -156,7 +156,8 @@ def claims_intro(paper: str) -> str:
     fragile = sum(robustness(r).startswith("fragile") for r in findings)
     extensions = [r for r in rows if r["kind"] == "extension"]
     told = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts.get(v))
-    line = (f"**{counts.get('holds', 0)} of {len(findings)} findings hold** on this run "
+    line = (f"**{counts.get('holds', 0)} of {plural(len(findings), 'finding')} "
+            f"{'holds' if len(findings) == 1 else 'hold'}** on this run "
             f"({told}); {fragile} of them fragile (the verdict turns within a parameter's "
             "declared range).")
     if extensions:
