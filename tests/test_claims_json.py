@@ -174,3 +174,12 @@ def test_the_committed_claims_table_validates_against_its_schema():
 def test_the_committed_metrics_are_the_committed_claims():
     found = json.loads((ROOT / paths.CLAIMS).read_text())
     assert json.loads((ROOT / paths.CLAIM_COUNTS).read_text()) == claims.metrics(found)
+
+
+def test_a_field_the_schema_does_not_describe_fails():
+    """Every field a row or the document carries is declared, so it has a description:
+    a new one fails until the schema describes it."""
+    with pytest.raises(jsonschema.ValidationError, match="'undescribed' was unexpected"):
+        jsonschema.validate(document([record(undescribed=1)]), SCHEMA)
+    with pytest.raises(jsonschema.ValidationError, match="'undescribed' was unexpected"):
+        jsonschema.validate({**claims_json([record()]), "undescribed": 1}, SCHEMA)
