@@ -1,19 +1,24 @@
 """Stage claims: every verdict of both papers, judged once, as data.
 
-Writes tables/claims.json (loopscope.judge.claims.judge): paper A's claims in each recipe
-group and paper B's, each row a record with its id, criterion, estimate and interval,
-verdicts and the specification curve over the criteria's free parameters; and
-metrics/claims.json, the headline verdict counts of each paper's findings, so that
-`dvc exp show` and `dvc metrics diff` compare verdicts across experiments.
+Writes tables/claims.json (loopscope.judge.claims.judge): a document that names its
+schema (tables/claims.schema.json), the papers and what it was computed from (its
+provenance, recorded before judging: loopscope.base.provenance), then paper A's claims
+in each recipe group and paper B's, each row a record with its id, criterion, estimate
+and interval, verdicts and the specification curve over the criteria's free
+parameters; and metrics/claims.json, the verdict counts of each paper's findings and
+each claim's verdict as a number, so that `dvc exp show` and `dvc metrics diff` compare
+verdicts across experiments claim by claim.
 """
 
 from dataclasses import fields
 
 from loopscope.base import paths
 from loopscope.base.files import write_json
-from loopscope.judge.claims import judge
+from loopscope.base.provenance import record
+from loopscope.judge.claims import judge, metrics
 from loopscope.judge.params import ClaimsConfig, load
 
+STAGE = "claims"  # its name in dvc.yaml, whose deps the provenance names
 READS = ("cells", "policies.cells", "diagnose.bootstrap",
          "claims.margin_nats", "claims.gain_share", "claims.leading_share",
          "claims.tail_factor", "claims.tail_share", "claims.slope_band",
@@ -25,11 +30,12 @@ READS = ("cells", "policies.cells", "diagnose.bootstrap",
 
 def main() -> None:
     params = load(READS)
+    provenance = record(STAGE, READS)
     values = {f.name: getattr(params.claims, f.name) for f in fields(ClaimsConfig)}
     found = judge(list(params.cells), list(params.policies.cells), values,
-                  params.diagnose.bootstrap)
+                  params.diagnose.bootstrap, provenance)
     write_json(paths.CLAIMS, found)
-    write_json(paths.CLAIM_COUNTS, found["counts"])
+    write_json(paths.CLAIM_COUNTS, metrics(found))
     print("claims: " + "; ".join(
         f"{paper} " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         for paper, counts in found["counts"].items()))

@@ -49,6 +49,22 @@ def diagnose(k: int, scale: float) -> dict:
     return out
 
 
+def estimate(value: float = 1.0, lo: float = 0.5, hi: float = 1.5, band=(0.0, None),
+             unit: str = "nats", level: float = 0.95, paper: float | None = None) -> dict:
+    """A row's decisive comparison as the claims stage writes it (Comparison.record)."""
+    return {"statistic": "x", "unit": unit, "value": value, "lo": lo, "hi": hi,
+            "level": level, "resampling_units": 40, "paper": paper, "band": list(band)}
+
+
+PAPERS = {"paper_a": {"title": "Paper A's title", "topic": "the readout blind spot"},
+          "paper_b": {"title": "Paper B's title", "topic": "per-token fixed-point convergence"}}
+PROVENANCE = {"stage": "claims", "commit": "0123456789abcdef0123456789abcdef01234567",
+              "inputs": {"configs": "0" * 32 + ".dir", "stages/claims.py": "1" * 32},
+              "params": {"keys": ["cells"], "sha256": "2" * 16}, "date": "2025-01-01",
+              "packages": {"python": "3.11.0", "torch": "2.13.0"}, "cpu": "CPU X",
+              "precision": {"training": "fp32", "measuring": "fp32"}}
+
+
 def claim_row(key: str, verdict: str = "holds", kind: str = "finding", group: str = "ours",
               paper: str = "A", **fields) -> dict:
     """A row of tables/claims.json as the claims stage writes it."""
@@ -57,8 +73,7 @@ def claim_row(key: str, verdict: str = "holds", kind: str = "finding", group: st
             "criterion": "criterion", "value": "ours", "direction": verdict,
             "magnitude": "n/a", "verdict": verdict, "regime": "", "recipe": "",
             "resampled": "40 units", "comparisons": 1,
-            "estimate": {"statistic": "x", "value": 1.0, "lo": 0.5, "hi": 1.5,
-                         "band": [0.0, None]},
+            "estimate": estimate(),
             "magnitude_estimate": None,
             "robustness": {"mark": "robust", "swept": {"margin_nats": [0.005, 0.025]},
                            "turns": []}, **fields}
@@ -76,7 +91,9 @@ def claims_json(paper_a: list[dict], paper_b: list[dict] | None = None, **extra)
         return {v: sum(r["verdict"] == v for r in found)
                 for v in ("holds", "contradicted", "inconclusive", "not shown")}
     paper_b = paper_b or []
-    return {"paper_a": paper_a, "paper_b": paper_b, "mechanism_checks": [],
+    return {"$schema": "claims.schema.json", "schema_version": 2, "papers": PAPERS,
+            "provenance": PROVENANCE, "paper_a": paper_a, "paper_b": paper_b,
+            "mechanism_checks": [], "judged_with": {"criteria": "0" * 16, "cells": "1" * 16},
             "counts": {"paper_a": counts(paper_a), "paper_b": counts(paper_b)},
             "parameters": PARAMETERS,
             "rules": {"family": "Bonferroni", "seeds": "each seed", "verdict": "both"},

@@ -2,6 +2,7 @@
 fails a figure whose tick labels overlap; and every notebook figure goes through it."""
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -9,10 +10,13 @@ import pytest
 from matplotlib.figure import Figure
 
 from loopscope.render.figures import (
+    VERDICT_COLOURS,
+    VERDICT_MARKERS,
     TickLabelOverlap,
     cell_palette,
     check_tick_labels,
     finish,
+    forest,
     loop_axis,
     ordered,
     overlapping_tick_labels,
@@ -146,3 +150,56 @@ def test_the_specification_curve_draws_a_parameter_whose_values_carry_units():
     ax = drawn.fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == [
         "0.01 nats", "0.001 nats", "2% of the gain"]
+
+
+def forest_row(row, unit, lo, value, hi, band=(-math.inf, math.inf), paper=math.nan,
+               verdict="holds", robust=True, level=0.95):
+    return {"row": row, "part": "direction", "unit": unit, "statistic": "s", "lo": lo,
+            "value": value, "hi": hi, "level": level, "band_lo": band[0], "band_hi": band[1],
+            "paper": paper, "verdict": verdict, "kind": "finding", "robust": robust}
+
+
+def test_the_forest_plot_draws_each_effect_on_its_own_scale():
+    """A panel per unit, ratios on a log axis, each interval where its numbers are (no
+    distance in widths, no clipping), the paper's number marked, the verdict in colour
+    and marker, a Bonferroni level named; the alt text says the same."""
+    rows = pd.DataFrame([
+        forest_row("drift [ours] (magnitude)", "ratio", 0.75, 0.89, 1.05, (469.9, math.inf),
+                   paper=539.0, verdict="contradicted"),
+        forest_row("drift [reference]", "ratio", 800.0, 900.0, 1000.0, (1.0, math.inf)),
+        forest_row("clamp [ours]", "nats", 0.05, 0.08, 0.1, (-0.01, 0.01),
+                   verdict="contradicted", robust=False, level=0.9875),
+        forest_row("depth [bb]", "loops", 5.0, 5.0, 5.0, (6.0, math.inf), paper=8.0,
+                   verdict="inconclusive"),
+        forest_row("tail [bb]", "unitless", 0.1, 0.2, 0.3, (0.0, math.inf))])
+    drawn = forest(rows, "paper A's claims")
+    axes = drawn.fig.axes
+    assert [ax.get_xlabel() for ax in axes] == ["nats", "ratio (log axis)", "loops", "unitless"]
+    assert [ax.get_xscale() for ax in axes] == ["linear", "log", "linear", "linear"]
+    nats, ratio = axes[0], axes[1]
+    assert [t.get_text() for t in nats.get_yticklabels()] == ["clamp [ours] at 98.8%"]
+    left, right = ratio.get_xlim()
+    assert left < 0.75 and right > 1000  # the interval at 0.89 and the one at 900 both drawn
+    marker = next(line for line in nats.get_lines() if line.get_marker() != "None")
+    assert marker.get_marker() == VERDICT_MARKERS["contradicted"]
+    assert marker.get_color() == VERDICT_COLOURS["contradicted"]
+    assert marker.get_markerfacecolor() == "white"  # fragile: hollow
+    assert any(line.get_marker() == "|" and list(line.get_xdata()) == [539.0]
+               for line in ratio.get_lines())  # the paper's number
+    assert overlapping_tick_labels(drawn.fig) == []
+    assert ("a panel per unit (nats: 1 row; ratio: 2 rows, log axis; loops: 1 row; "
+            "unitless: 1 row)") in drawn.alt
+    assert "1 at a Bonferroni level" in drawn.alt and "black bar (2 rows)" in drawn.alt
+    assert ("2 holds (blue circle), 2 contradicted (orange cross), 1 inconclusive (grey "
+            "diamond); 1 fragile") in drawn.alt
+
+
+def test_a_ratio_panel_with_a_number_at_or_below_zero_stays_linear():
+    rows = pd.DataFrame([forest_row("a", "ratio", -0.5, 0.2, 0.9, (1.0, math.inf))])
+    assert forest(rows, "t").fig.axes[0].get_xscale() == "linear"
+
+
+def test_the_verdict_palette_is_colour_blind_safe_and_shaped():
+    """Okabe and Ito's blue, vermillion and grey, and a marker of its own for each."""
+    assert VERDICT_COLOURS["holds"] == "#0072B2" and VERDICT_COLOURS["contradicted"] == "#D55E00"
+    assert len(set(VERDICT_MARKERS.values())) == len(VERDICT_MARKERS)

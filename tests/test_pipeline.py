@@ -18,8 +18,11 @@ import jsonschema
 import pytest
 import yaml
 from conftest import SHARES_REPRO
-from micro import ROOT, SEEDS, copy_repo, copy_state, params_read, sh
+from micro import SEEDS, copy_repo, copy_state, params_read, sh
+from test_provenance import report_digests
 
+from loopscope.base import provenance
+from loopscope.judge import claims as judged
 from loopscope.render import summary
 from loopscope.weights import compute
 from loopscope.weights.config import TrainConfig
@@ -78,8 +81,16 @@ def test_repro_writes_report_and_finite_metrics(reproduced):
     results = (repo / "docs" / "results.md").read_text()
     assert "| claim | group | paper | ours | verdict | criterion |" in results
     claims = json.loads((repo / "tables" / "claims.json").read_text())
-    jsonschema.validate(claims, json.loads((ROOT / "tests" / "claims.schema.json").read_text()))
-    assert json.loads((repo / "metrics" / "claims.json").read_text()) == claims["counts"]
+    jsonschema.validate(claims, json.loads((repo / "tables" / claims["$schema"]).read_text()))
+    assert json.loads((repo / "metrics" / "claims.json").read_text()) == judged.metrics(claims)
+    # what each result names as its inputs is what dvc.lock recorded for its stage
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    assert provenance.lock_digests(lock["claims"]) == (
+        claims["provenance"]["inputs"], claims["provenance"]["params"]["sha256"])
+    for name, page in (("blind_spot", html.read_text()), ("convergence", convergence),
+                       ("index", index)):
+        assert report_digests(page) == provenance.lock_digests(lock[f"report_{name}"])
+        assert "uncommitted" not in page
     readme = (repo / "README.md").read_text()
     assert summary.block(readme, "verdicts") == summary.verdicts_block(claims)
     assert (repo / "docs" / "results" / "forest_a.png").is_file()

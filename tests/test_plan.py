@@ -437,3 +437,12 @@ def test_brief_on_a_gpu_names_the_assumed_rate(capsys):
     assert "22 runs from scratch" in gpu
     with pytest.raises(SystemExit):
         main([str(ROOT / "params.yaml"), "--json", "--brief"])
+
+
+def test_help_describes_the_tool_in_whole_sentences(capsys):
+    """`plan --help` gives the docstring's first paragraph whole, not its first line."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: python -m loopscope.tools.plan")
+    assert "what training and measuring its cells would cost, without training." in out

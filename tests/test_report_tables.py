@@ -8,22 +8,26 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from report_data import cell, claim_row, claims_json, write, write_config
+from report_data import PROVENANCE, cell, claim_row, claims_json, estimate, write, write_config
 
 from loopscope.base import paths
 from loopscope.base.errors import DataError
 from loopscope.base.outputs import loop_order, read_metrics
 from loopscope.judge.experiments import EXPERIMENTS
 from loopscope.render.report_tables import (
-    band_distance,
     claims_intro,
+    claims_summary,
     claims_view,
     computed_from,
+    decisive_part,
     experiment_verdicts,
     forest_rows,
     headline_table,
     init_effect,
+    inputs_html,
+    paper_line,
     parameters_table,
+    plural,
     provenance_table,
     robustness,
     rules_list,
@@ -63,14 +67,30 @@ def test_table_display_writes_a_dash_for_what_does_not_apply():
     assert pd.get_option("display.float_format") is None  # restored for other tests
 
 
-def test_provenance_reads_as_one_line_and_as_a_table(paper_a):
-    paths.PARAMS.write_text("cells: {}\n")
-    line = computed_from([42, 43])
-    assert line.startswith("Computed from: commit ") and "seeds 42, 43" in line
-    assert "torch 2." in line  # the installed package's version, torch not imported
-    table = provenance_table([42])
-    assert list(table.index) == ["commit", "params.yaml sha256", "torch", "training precision",
-                                 "seeds", "date"]
+def test_provenance_reads_as_one_line_a_table_and_the_inputs_by_digest():
+    """What the stage recorded before the run (loopscope.base.provenance), as the reports
+    show it: the commit the run started from, never a mark of uncommitted changes."""
+    found = {**PROVENANCE, "stage": "report_index", "seeds": [42, 43]}
+    line = computed_from(found)
+    assert line.startswith("Computed from: commit 0123456789 (checked out when the run "
+                           "started")
+    assert "seeds 42, 43" in line and "torch 2.13.0" in line and "uncommitted" not in line
+    assert "training precision fp32 (measured in fp32)" in line
+    assert "2 inputs by their DVC digests, as dvc.lock records the deps of `report_index`" in line
+    table = provenance_table(found)
+    assert list(table.index) == ["commit", "inputs", "params", "packages", "cpu",
+                                 "training precision", "seeds", "date"]
+    assert table.loc["params", ""] == "cells: sha256 2222222222222222"
+    html = inputs_html(found)
+    assert html.startswith("<details>") and "(3 rows)" in html
+    assert "<td>configs</td>\n      <td>" + "0" * 32 + ".dir</td>" in html
+    assert "<td>params.yaml (cells)</td>\n      <td>sha256:" + "2" * 16 + "</td>" in html
+    assert "commit none (not a git checkout)" in computed_from({**found, "commit": None})
+
+
+def test_counts_say_their_noun_in_the_right_number():
+    assert plural(1, "row") == "1 row" and plural(2, "row") == "2 rows"
+    assert plural(0, "verdict") == "0 verdicts"
 
 
 # --- the claims ---------------------------------------------------------------------------
@@ -101,7 +121,7 @@ def test_claims_are_shown_as_judged_with_their_marks(tmp_path, monkeypatch):
     intro = claims_intro("paper_a")
     assert intro.startswith("**1 of 3 findings hold** on this run (1 holds, 1 contradicted, "
                             "1 inconclusive); 1 of them fragile")
-    assert "1 rows beyond the paper (extensions: 1 holds) are not counted" in intro
+    assert "1 row beyond the paper (extensions: 1 holds) are not counted" in intro
     assert robustness({}) == "-"
     assert rules_list().startswith("- **family**: Bonferroni\n- **seeds**")
     assert init_effect() == ("**What the recipe does to the magnitude.** This run has one "
@@ -121,33 +141,57 @@ def test_parameters_table_names_the_rows_each_parameter_turns(tmp_path, monkeypa
     assert table.loc["margin_nats", "range"] == "0.005, 0.01, 0.025"
 
 
-def test_band_distance_puts_every_interval_on_one_axis():
-    inside = {"value": 3.0, "lo": 2.0, "hi": 4.0, "band": [1.0, None]}
-    assert band_distance(inside) == (0.5, 1.0, 1.5)  # widths of 2 from the lower edge
-    below = {"value": 0.5, "lo": 0.0, "hi": 1.0, "band": [None, 2.0]}
-    assert band_distance(below) == (1.0, 1.5, 2.0)  # mirrored: inside is positive
-    two = {"value": 0.9, "lo": 0.8, "hi": 1.0, "band": [-1.0, 1.0]}
-    assert band_distance(two) == pytest.approx((0.0, 0.5, 1.0))  # the nearer edge: 1
-    assert band_distance({"value": 0, "lo": 0, "hi": 1, "band": [None, None]}) is None
+def test_the_decisive_part_is_the_one_the_verdict_turned_on():
+    row = claim_row("drift", magnitude_estimate=estimate())
+    assert decisive_part(row) == "direction"  # no magnitude
+    both = {**row, "magnitude": "contradicted", "verdict": "contradicted"}
+    assert decisive_part(both) == "magnitude"  # the direction holds: the magnitude decided
+    assert decisive_part({**both, "direction": "contradicted"}) == "direction"
+    assert decisive_part({**row, "magnitude": "inconclusive", "verdict": "inconclusive"}) == \
+        "magnitude"
+    assert decisive_part({**row, "verdict": "not shown"}) is None
+    assert decisive_part({**row, "estimate": None}) is None  # judged on nothing
 
 
-def test_forest_and_specification_rows(tmp_path, monkeypatch):
+def test_forest_rows_are_each_claims_interval_on_its_own_scale(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fragile = claim_row("clamp", "contradicted", magnitude="contradicted", robustness={
+        "mark": "fragile", "swept": {"margin_nats": [0.005, 0.025]},
+        "turns": [{"parameter": "margin_nats", "value": 0.025, "verdict": "holds"}]},
+        magnitude_estimate=estimate(2.0, 1.0, 3.0, (None, 1.0), unit="ratio", level=0.9875,
+                                    paper=0.5))
+    fragile["direction"] = "holds"
+    write(paths.CLAIMS, claims_json([claim_row("drift"), fragile,
+                                     claim_row("absent", "not shown", estimate=None),
+                                     claim_row("bare", estimate=estimate(unit=""))]))
+    rows = forest_rows("paper_a")
+    assert list(rows["row"]) == ["drift [ours]", "clamp [ours] (magnitude)", "bare [ours]"]
+    assert list(rows["unit"]) == ["nats", "ratio", "unitless"]
+    assert list(rows["robust"]) == [True, False, True]
+    clamp = rows.iloc[1]
+    assert (clamp["lo"], clamp["value"], clamp["hi"], clamp["level"]) == (1.0, 2.0, 3.0, 0.9875)
+    assert clamp["band_lo"] == -math.inf and clamp["band_hi"] == 1.0 and clamp["paper"] == 0.5
+    assert math.isnan(rows.iloc[0]["paper"]) and rows.iloc[0]["band_hi"] == math.inf
+
+
+def test_specification_rows(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fragile = claim_row("clamp", "contradicted", robustness={
         "mark": "fragile", "swept": {"margin_nats": [0.005, 0.025]},
-        "turns": [{"parameter": "margin_nats", "value": 0.025, "verdict": "holds"}]},
-        magnitude_estimate={"statistic": "m", "value": 2.0, "lo": 1.0, "hi": 3.0,
-                            "band": [None, 1.0]})
-    write(paths.CLAIMS, claims_json([claim_row("drift"), fragile,
-                                     claim_row("absent", "not shown", estimate=None)]))
-    rows = forest_rows("paper_a")
-    assert list(rows["part"]) == ["direction", "direction", "magnitude"]
-    assert list(rows["robust"]) == [True, False, False]
-    assert rows.iloc[2]["hi"] == pytest.approx(0.0)  # the magnitude's interval ends at its edge
+        "turns": [{"parameter": "margin_nats", "value": 0.025, "verdict": "holds"}]})
+    write(paths.CLAIMS, claims_json([claim_row("drift"), fragile]))
     spec = specification_rows("paper_a")
     assert list(spec["value"]) == ["0.01", "0.005", "0.025"]
     assert list(spec["verdict"]) == ["contradicted", "contradicted", "holds"]
     assert list(spec["judged"]) == [True, False, False]
+
+
+def test_the_papers_are_named_with_where_each_number_comes_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(paths.CLAIMS, claims_json([claim_row("drift", source="Table 2")]))
+    assert paper_line("paper_a").startswith("Paper A: *Paper A's title*.")
+    summary = claims_summary("paper_a")
+    assert summary.loc[0, "paper says"] == "the paper" and summary.loc[0, "where"] == "Table 2"
 
 
 def test_scale_is_on_every_claims_table(tmp_path, monkeypatch):
@@ -199,7 +243,7 @@ def test_experiment_verdicts_sit_beside_their_baselines(paper_a):
     assert list(table["seeds_plus_one base"]) == ["holds", "inconclusive"]
     assert counts.loc["inconclusive"].tolist() == [1, 1, 1]
     assert lines == ("- `seeds_plus_one` (cells.short.seeds=[43]; run on 0123456): **1 "
-                     "verdict(s) turned between holds and contradicted**: a claim [ours]")
+                     "verdict turned between holds and contradicted**: a claim [ours]")
     assert experiment_verdicts("paper_a", ["bb"]) is None  # it changed no such cell
 
 

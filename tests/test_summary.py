@@ -58,7 +58,8 @@ def claims(direction_a="holds", magnitude="contradicted", regimes=()):
     row_a = row("drift", direction_a, magnitude)
     ref = row("drift", "holds", "holds", group="reference")
     row_b = row("tail", "contradicted", paper="B", group="backbone", regimes=list(regimes))
-    return {"paper_a": [row_a, ref], "paper_b": [row_b],
+    from report_data import PAPERS
+    return {"paper_a": [row_a, ref], "paper_b": [row_b], "papers": PAPERS,
             "counts": {"paper_a": {"holds": 2}, "paper_b": {"contradicted": 1}}}
 
 
@@ -100,23 +101,58 @@ def test_the_scale_line_sets_the_run_beside_the_papers():
     line = summary.scale_line(found)
     assert line.startswith("Scale: every verdict is measured on models of 0.67-0.80M "
                            "parameters trained on 0.80-0.82M tokens of a 1.00M-token corpus, "
-                           "1/2 seed(s) per cell; paper A: 44M parameters, WikiText-103")
+                           "1 or 2 seeds per cell; paper A: 44M parameters, WikiText-103")
+    for cell in found["scale"]["cells"].values():
+        cell["seeds"] = 1
+    assert ", 1 seed per cell;" in summary.scale_line(found)
 
 
 def test_the_timings_block_sums_the_stage_timings():
     found = {"train@a": {"seconds": 600.0, "cpu": "CPU X", "cores": 2},
              "diagnose@a": {"seconds": 120.0, "cpu": "CPU X", "cores": 2}}
     assert summary.timings_block(found) == (
-        "The 2 stages of this run, each as it last ran, took 12 min on CPU X (2 cores): "
-        "10.0 min of training (configure, prepare, train@*) and 2.0 min of measuring "
+        "The 2 stages of this run, each as it last ran, took 12 min on CPU X (2 cores), "
+        "training included; the stages after training took 2.0 min of it "
         "(metrics/stage_timings; `python -m loopscope.base.timings` itemizes them).")
+
+
+def test_readme_gives_the_training_time_once():
+    """The cost block gives the training runs' minutes; the timings block only the
+    whole and what came after training."""
+    found = {"train@a": {"seconds": 600.0, "cpu": "CPU X", "cores": 2},
+             "diagnose@a": {"seconds": 120.0, "cpu": "CPU X", "cores": 2}}
+    assert "10.0" not in summary.timings_block(found)
+    assert "training (" not in summary.timings_block(found)
+
+
+def test_the_counts_block_gives_each_papers_counts_and_names_the_papers():
+    from report_data import claim_row, claims_json
+    found = claims_json([claim_row("a"), claim_row("b", "contradicted"),
+                         claim_row("c", "not shown"), claim_row("d", kind="extension")],
+                        [claim_row("e", paper="B")])
+    block = summary.counts_block(found)
+    assert ("- **Paper A** (the readout blind spot): 1 of 3 findings hold (1 contradicted, "
+            "1 not shown).") in block
+    assert "- **Paper B** (per-token fixed-point convergence): 1 of 1 finding holds." in block
+
+
+def test_the_verdicts_block_draws_each_forest_plot_with_what_it_shows():
+    from report_data import claim_row, claims_json, estimate
+    found = claims_json([claim_row("a"), claim_row("b", estimate=estimate(unit="ratio"))])
+    block = summary.verdicts_block(found)
+    assert ("![Forest plot, paper A's claims, each claim on its statistic's own scale, a panel "
+            "per unit (nats: 1 row; ratio: 1 row, log axis)") in block
+    assert "](docs/results/forest_a.png)" in block and "](docs/results/forest_b.png)" in block
+    page = summary.claims_sections(found)
+    assert "](results/forest_a.png)" in page and "*Paper A's title*" in page
+    assert "| claim | group | paper | where | ours | verdict | criterion |" in page
 
 
 def test_readme_holds_no_measured_number_outside_its_generated_blocks():
     """A time typed by hand goes stale: README's timings come from generated blocks."""
     import re
     text = (ROOT / summary.README).read_text()
-    for name in ("verdicts", "cost", "timings"):
+    for name in ("counts", "verdicts", "cost", "timings"):
         text = text.replace(summary.block(text, name), "")
     typed = re.findall(r"\b\d+(?:\.\d+)? ?(?:min|minutes|h|hours)\b(?! \(a standing)"
                        r"|\bpassed \d+ tests|\b\d+ min \d+ s\b", text)

@@ -1,12 +1,9 @@
 """The verdict rules every row is decided by (loopscope.judge.verdicts), the declared
 criteria and their specification curve (loopscope.judge.criteria), and the record a row
-becomes in tables/claims.json, checked against its JSON Schema."""
+becomes in tables/claims.json (its schema: tests/test_claims_json.py)."""
 
 import dataclasses
-import json
-from pathlib import Path
 
-import jsonschema
 import numpy as np
 import pytest
 
@@ -30,8 +27,6 @@ from loopscope.judge.verdicts import (
 )
 from loopscope.measure.intervals import Documents, Interval
 
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = json.loads((ROOT / "tests" / "claims.schema.json").read_text())
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
 
 
@@ -156,38 +151,3 @@ def test_a_row_record_carries_its_estimate_band_and_counts():
     assert rec["comparisons"] == 2 and rec["key"] == "k"
     assert not_shown("t", "p", "c", "why").record()["estimate"] is None
 
-
-def row(**fields):
-    base = claim("text", "paper", "criterion", "value",
-                 [Comparison("a", Interval(1.0, 0.5, 1.5), effect, (1,))], key="drift").record()
-    return {**base, "id": "A.drift.ours", "paper": "A", "group": "ours",
-            "robustness": {"mark": "robust", "swept": {}, "turns": []}, **fields}
-
-
-def document(rows):
-    counts = {v: 0 for v in ("holds", "contradicted", "inconclusive", "not shown")}
-    return {"paper_a": rows, "paper_b": [], "mechanism_checks": [],
-            "counts": {"paper_a": counts, "paper_b": counts},
-            "parameters": criteria.table(VALUES),
-            "rules": {"family": "f", "seeds": "s", "verdict": "h"}, "cells": {},
-            "scale": {"cells": {}, "corpus": {"train_tokens": 1, "val_tokens": 1},
-                      "papers": {"paper_a": {}, "paper_b": {}}, "reference_recipe": "r"},
-            "init_effect": "", "paper_b_recipe": {}}
-
-
-def test_the_schema_accepts_a_record_and_rejects_a_malformed_one():
-    jsonschema.validate(document([row()]), SCHEMA)
-    for bad in (row(verdict="maybe"), row(direction="maybe"), row(id="drift"),
-                row(kind="finding?"), {k: v for k, v in row().items() if k != "verdict"}):
-        with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(document([bad]), SCHEMA)
-
-
-@pytest.mark.committed
-def test_the_committed_claims_table_validates_against_its_schema():
-    """tables/claims.json of the committed run (`python -c 'import jsonschema, json; ...'`
-    in the README does the same)."""
-    found = json.loads((ROOT / "tables" / "claims.json").read_text())
-    jsonschema.validate(found, SCHEMA)
-    ids = [r["id"] for p in ("paper_a", "paper_b", "mechanism_checks") for r in found[p]]
-    assert len(ids) == len(set(ids)), "row ids must be unique"

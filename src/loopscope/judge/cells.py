@@ -93,3 +93,17 @@ def facts(cell: CellConfig) -> dict[str, object]:
             "recipe_group": recipe_group(cell), "recipe": recipe(cell),
             "loss": cell.train.loss, "readout": cell.model.readout, "r": cell.model.loops,
             "d_model": cell.model.d_model, "seeds": list(cell.seeds)}
+
+
+def training_precision(configs: dict[str, CellConfig]) -> str:
+    """The precision the cells trained in (configure resolves auto), e.g. "fp32" or
+    "bf16 (backbone, backbone_mean4), fp32 (the other 8)"; measurements are fp32
+    whatever training was, which the provenance of every result says beside it."""
+    by: dict[str, list[str]] = {}
+    for name, cell in sorted(configs.items()):
+        by.setdefault(cell.train.precision, []).append(name)
+    if len(by) <= 1:
+        return next(iter(by), "unknown (no configs/)")
+    rest = max(by, key=lambda p: len(by[p]))
+    named = [f"{p} ({', '.join(c)})" for p, c in by.items() if p != rest]
+    return ", ".join(named) + f", {rest} (the other {len(by[rest])})"

@@ -2,12 +2,16 @@
 
 Reads configs/, the diagnose, sweep and clamp tables and the metrics of the measuring
 stages, hands them to paper A's claims (loopscope.judge.paper_a) and paper B's
-(loopscope.judge.paper_b), and returns tables/claims.json (paths.CLAIMS): each row a
-record with a stable id (its schema: tests/claims.schema.json), the verdict counts of
-each paper's findings (also metrics/claims.json, so `dvc exp show` lists them), the
-criteria's parameters with their sources and ranges, the family-wise and seed rules,
-the cells' taxonomy and the scale of the run against the papers'. Only the claims stage
-and the reports import the judges; rewording a claim reruns no measurement.
+(loopscope.judge.paper_b), and returns tables/claims.json (paths.CLAIMS). The document
+describes itself: `$schema` names its JSON Schema, tables/claims.schema.json beside it
+(SCHEMA, every property described), and `schema_version` its version (SCHEMA_VERSION);
+`papers` names the two papers; `provenance` says what it was computed from (the stage
+records it: loopscope.base.provenance). Then each row, a record with a stable id; the
+verdict counts of each paper's findings; the criteria's parameters with their sources
+and ranges; the family-wise and seed rules; the cells' taxonomy and the scale of the
+run against the papers'. `metrics` gives metrics/claims.json: the counts and one number
+per claim, so `dvc exp show` and `dvc metrics diff` name the claim that turned. Only the
+claims stage and the reports import the judges; rewording a claim reruns no measurement.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from loopscope.judge.cells import (
     paper_b_backbones,
     paper_condition,
     recipe,
+    training_precision,
 )
 from loopscope.judge.experiments import cells_digest, criteria_digest
 from loopscope.judge.group_a import CellA
@@ -34,6 +39,19 @@ from loopscope.judge.verdicts import FAMILY_RULE, SEED_RULE, Claim
 from loopscope.weights.config import CellConfig, load_cell
 
 VERDICTS = ("holds", "contradicted", "inconclusive", "not shown")
+# The JSON Schema of tables/claims.json, beside it, and the version of the shape it
+# describes: a reader's program checks the version before it reads a field.
+SCHEMA = "claims.schema.json"
+SCHEMA_VERSION = 2
+# The two papers, by title; `topic` is how the reports and the front page call each.
+PAPERS = {
+    "paper_a": {"title": "Dense supervision is not enough: the readout blind spot in "
+                         "looped language models", "topic": "the readout blind spot"},
+    "paper_b": {"title": "Per-Token Fixed-Point Convergence in Depth-Recurrent Transformers",
+                "topic": "per-token fixed-point convergence"},
+}
+# A claim's verdict as a number for metrics/claims.json (a row not shown is left out)
+VERDICT_NUMBERS = {"holds": 1, "inconclusive": 0, "contradicted": -1}
 # What the papers measured on, against this run (their summaries: docs/results.md shows
 # both side by side)
 PAPER_SCALE = {
@@ -85,8 +103,20 @@ def _records(found: list[Claim], paper: str, configs: dict[str, CellConfig]
     return out
 
 
+def metrics(found: dict[str, Any]) -> dict[str, Any]:
+    """metrics/claims.json: each paper's counts (keys without spaces: `not_shown`), and
+    under `verdict` each claim's id with its verdict as a number (VERDICT_NUMBERS), so
+    that `dvc metrics diff` and `dvc exp show` name the claim that turned."""
+    out: dict[str, Any] = {p: {v.replace(" ", "_"): n for v, n in c.items()}
+                           for p, c in found["counts"].items()}
+    out["verdict"] = {r["id"]: VERDICT_NUMBERS[r["verdict"]]
+                      for p in ("paper_a", "paper_b") for r in found[p]
+                      if r["verdict"] in VERDICT_NUMBERS}
+    return out
+
+
 def counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Headline verdicts of a paper's findings (extensions and checks apart)."""
+    """The verdicts of a paper's findings, counted (extensions and checks apart)."""
     findings = [r for r in rows if r["kind"] == "finding"]
     return {v: sum(r["verdict"] == v for r in findings) for v in VERDICTS}
 
@@ -108,9 +138,11 @@ def scale(configs: dict[str, CellConfig], train: dict[str, dict[str, Any]],
 
 
 def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
-          resamples: int) -> dict[str, Any]:
+          resamples: int, provenance: dict[str, Any]) -> dict[str, Any]:
     """Both papers' claims on this run's outputs (tables/claims.json; module doc).
-    values: the criteria's (params.yaml's claims section); resamples: diagnose.bootstrap."""
+    values: the criteria's (params.yaml's claims section); resamples: diagnose.bootstrap;
+    provenance: what the stage recorded before it ran (loopscope.base.provenance.record),
+    to which the cells' training precision is added."""
     configs = {c: load_cell(paths.config_file(c)) for c in cells}
     groups = {c: cell_group(configs[c]) for c in cells}
     data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"], configs)
@@ -123,6 +155,9 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
     found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
     meta = read_json(paths.PREPARED / "meta.json", "prepare")
     return {
+        "$schema": SCHEMA, "schema_version": SCHEMA_VERSION, "papers": PAPERS,
+        "provenance": {**provenance, "precision": {"training": training_precision(configs),
+                                                   "measuring": "fp32"}},
         **found,
         "judged_with": {"criteria": criteria_digest(values),
                         "cells": cells_digest({c: cfg.to_json() for c, cfg in configs.items()})},

@@ -256,7 +256,7 @@ class Claim:
         return combined(self.direction, self.magnitude)
 
     def record(self) -> dict[str, Any]:
-        """The row as data (tables/claims.json, its JSON Schema in tests/claims.schema.json)."""
+        """The row as data (tables/claims.json, its JSON Schema in tables/claims.schema.json)."""
         found, mag = decisive(self.tests), decisive(self.magnitude_tests)
         out = {k: v for k, v in asdict(self).items()
                if k not in ("tests", "magnitude_tests", "facts") and (k != "extends" or v)}

@@ -28,6 +28,7 @@ from matplotlib.axes import Axes
 from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.text import Text
 from matplotlib.ticker import (
     FuncFormatter,
@@ -253,47 +254,131 @@ def show(drawn: Drawn) -> None:
     display(Image(data=buffer.getvalue(), format="png", alt=drawn.alt))
 
 
-VERDICT_COLOURS = {"holds": "#1b7837", "contradicted": "#b2182b", "inconclusive": "#8c8c8c",
-                   "not shown": "#d9d9d9"}
-CLIP = 6.0  # forest plot: distances beyond +-CLIP interval widths drawn at the edge
+# The verdicts' colours (Okabe and Ito's palette, which colour-blind readers tell apart)
+# and, as a second cue, their markers
+VERDICT_COLOURS = {"holds": "#0072B2", "contradicted": "#D55E00", "inconclusive": "#999999",
+                   "not shown": "#CCCCCC"}
+VERDICT_MARKERS = {"holds": "o", "contradicted": "X", "inconclusive": "D", "not shown": "."}
+BAND_COLOUR = "#dbe9f6"  # where a claim holds
+UNIT_ORDER = ("nats", "ratio", "log10 ratio", "loops", "share")  # panels first in this order
+
+
+def _log_scale(sub: pd.DataFrame) -> bool:
+    """A panel of ratios is drawn on a log axis, where every interval and paper's number
+    is > 0 (a band reaching 0 or below is shaded to the axis' edge)."""
+    numbers = pd.concat([sub["lo"], sub["hi"], sub["value"], sub["paper"]])
+    numbers = numbers[numbers.map(math.isfinite)]
+    return "ratio" in str(sub["unit"].iloc[0]).split()[:1] and bool((numbers > 0).all())
+
+
+def _limits(sub: pd.DataFrame, log: bool) -> tuple[float, float]:
+    """The x range of a panel: every interval, paper's number and finite band edge, padded."""
+    numbers = pd.concat([sub["lo"], sub["hi"], sub["paper"], sub["band_lo"], sub["band_hi"]])
+    numbers = numbers[numbers.map(math.isfinite) & ((numbers > 0) | (not log))]
+    lo, hi = float(numbers.min()), float(numbers.max())
+    if log:
+        pad = max(math.log10(hi / lo), 0.2) * 0.08
+        return lo / 10 ** pad, hi * 10 ** pad
+    pad = (max(hi - lo, abs(hi), abs(lo)) or 1.0) * 0.08
+    return lo - pad, hi + pad
+
+
+def _forest_panel(ax: Axes, sub: pd.DataFrame, unit: str, log: bool) -> None:
+    """One unit's rows: the band shaded, the interval and its estimate by verdict (hollow
+    where fragile), the paper's number as a black bar."""
+    if log:
+        ax.set_xscale("log")
+    left, right = _limits(sub, log)
+    n = len(sub)
+    for i, r in enumerate(sub.itertuples()):
+        y = n - 1 - i
+        lo_band, hi_band = max(r.band_lo, left), min(r.band_hi, right)
+        if lo_band < hi_band:
+            ax.fill_between([lo_band, hi_band], y - 0.4, y + 0.4, color=BAND_COLOUR, lw=0,
+                            zorder=0)
+        colour = VERDICT_COLOURS[r.verdict]
+        ax.plot([r.lo, r.hi], [y, y], color=colour, lw=2, zorder=2)
+        ax.plot([r.value], [y], marker=VERDICT_MARKERS[r.verdict], ms=8, color=colour,
+                mfc=colour if r.robust else "white", mew=1.5, ls="none", zorder=3)
+        if math.isfinite(r.paper):
+            ax.plot([r.paper], [y], marker="|", ms=16, mew=2.5, color="black", zorder=4)
+    labels = [r.row + (f" at {100 * r.level:.3g}%" if r.level > 0.95 + 1e-9 else "")
+              for r in sub.itertuples()]
+    ax.set_yticks(range(n - 1, -1, -1), labels, fontsize=8)
+    ax.set(xlim=(left, right), ylim=(-0.6, n - 0.4),
+           xlabel=unit + (" (log axis)" if log else ""))
+    ax.grid(axis="y", visible=False)
 
 
 def forest(rows: pd.DataFrame, title: str) -> Drawn:
-    """The forest plot of a paper's claims (report_tables.forest_rows): a line per
-    comparison, its interval as a distance from the band's nearer edge in widths of the
-    interval (right of 0: inside the band, where the claim holds), coloured by the row's
-    verdict; a filled marker for a robust row, a hollow one for a fragile one,
-    a square for a magnitude."""
-    n = max(len(rows), 1)
-    fig, ax = plt.subplots(figsize=(10, 1.0 + 0.32 * n))
-    ax.axvspan(0, CLIP + 0.5, color="#e8f4e8", zorder=0)
-    ax.axvline(0, color="black", lw=0.8)
-    labels = []
-    for i, r in enumerate(rows.itertuples()):
-        y = n - 1 - i
-        colour = VERDICT_COLOURS[r.verdict]
-        lo, x, hi = (max(min(v, CLIP), -CLIP) for v in (r.lo, r.x, r.hi))
-        ax.plot([lo, hi], [y, y], color=colour, lw=2)
-        ax.plot([x], [y], marker="s" if r.part == "magnitude" else "o", ms=7, color=colour,
-                mfc=colour if r.robust else "white", mew=1.5)
-        labels.append(r.row + (" (magnitude)" if r.part == "magnitude" else ""))
-    ax.set_yticks(range(n - 1, n - 1 - len(labels), -1), labels, fontsize=8)
-    ax.set_xlim(-CLIP - 0.5, CLIP + 0.5)
-    ax.set(xlabel="distance from the band's edge, in widths of the 95% interval "
-                  f"(shaded: inside the band; clipped at +-{CLIP:g})", title=title)
-    ax.legend(handles=[Line2D([], [], color=c, lw=2, label=v)
-                       for v, c in VERDICT_COLOURS.items() if v in set(rows.get("verdict", []))]
-              + [Line2D([], [], ls="none", marker="o", color="black", mfc="white",
-                        label="fragile")],
-              loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    """The forest plot of a paper's claims (report_tables.forest_rows), each on its
+    statistic's own scale: a panel per unit (ratios on a log axis), a line per claim, its
+    interval at the level it was judged (the label names a Bonferroni level), the band
+    where the claim holds shaded, the paper's number as a black bar where it gives one;
+    colour and marker by the counted verdict, hollow where the row is fragile."""
+    units = forest_units(rows)
+    if not units:
+        fig, ax = plt.subplots(figsize=(10, 1.5))
+        ax.set_axis_off()
+        ax.set_title(f"{title}: no claim judged on an interval")
+        return Drawn(fig, forest_alt(rows, title))
+    parts = [rows[rows["unit"] == u] for u in units]
+    logs = [_log_scale(sub) for sub in parts]
+    fig, axes = plt.subplots(len(units), 1, squeeze=False,
+                             figsize=(10, 0.9 * len(units) + 0.32 * len(rows) + 0.6),
+                             gridspec_kw={"height_ratios": [len(p) + 1.2 for p in parts]})
+    for ax, unit, sub, log in zip(axes[:, 0], units, parts, logs, strict=True):
+        _forest_panel(ax, sub, unit, log)
+    axes[0, 0].set_title(title)
+    present = [v for v in VERDICT_COLOURS if v in set(rows["verdict"])]
+    axes[0, 0].legend(
+        handles=[Line2D([], [], color=VERDICT_COLOURS[v], marker=VERDICT_MARKERS[v], lw=2,
+                        label=v) for v in present]
+        + [Line2D([], [], ls="none", marker="o", color="black", mfc="white", label="fragile"),
+           Line2D([], [], ls="none", marker="|", ms=12, mew=2.5, color="black",
+                  label="the paper's number"),
+           Patch(color=BAND_COLOUR, label="where the claim holds")],
+        loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     finish(fig)
-    counts = rows["verdict"].value_counts().to_dict() if len(rows) else {}
-    fragile = int((~rows["robust"]).sum()) if len(rows) else 0
-    alt = (f"Forest plot, {title}: {len(rows)} comparisons, each as its 95% interval's "
-           "distance from the edge of the band where its claim holds; "
-           + ", ".join(f"{k} {v}" for k, v in counts.items())
-           + f"; {fragile} from fragile rows.")
-    return Drawn(fig, alt)
+    return Drawn(fig, forest_alt(rows, title))
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" + ("" if n == 1 else "s")
+
+
+def forest_units(rows: pd.DataFrame) -> list[str]:
+    """The forest plot's panels: the rows' units, the known ones in UNIT_ORDER first."""
+    found = dict.fromkeys(rows["unit"]) if len(rows) else {}
+    return sorted(found, key=lambda u: (UNIT_ORDER.index(u) if u in UNIT_ORDER
+                                        else len(UNIT_ORDER), u))
+
+
+def forest_alt(rows: pd.DataFrame, title: str) -> str:
+    """The forest plot in words (its alt text, and the front page's): its panels, what
+    each line is, the verdicts' colours and markers and how many have each."""
+    units = forest_units(rows)
+    if not units:
+        return (f"Forest plot, {title}: no claim of this run was judged on an interval, "
+                "so none is drawn.")
+    parts = [rows[rows["unit"] == u] for u in units]
+    logs = [_log_scale(sub) for sub in parts]
+    panels = "; ".join(f"{u}: {_rows(len(p))}"
+                       + (", log axis" if log else "")
+                       for u, p, log in zip(units, parts, logs, strict=True))
+    words = {"holds": "blue circle", "contradicted": "orange cross",
+             "inconclusive": "grey diamond", "not shown": "light grey dot"}
+    counts = rows["verdict"].value_counts()
+    verdicts = ", ".join(f"{counts[v]} {v} ({words[v]})" for v in VERDICT_COLOURS
+                         if v in counts)
+    bonferroni = int((rows["level"] > 0.95 + 1e-9).sum())
+    return (f"Forest plot, {title}, each claim on its statistic's own scale, a panel per "
+            f"unit ({panels}). Each line is the interval the claim's verdict turned on, at "
+            f"the level it was judged (95%; {bonferroni} at a Bonferroni level, named in "
+            "the label), the band where the claim holds shaded, the paper's number a "
+            f"black bar ({_rows(int(rows['paper'].map(math.isfinite).sum()))}). Colour and "
+            f"marker by verdict: {verdicts}; {int((~rows['robust']).sum())} fragile "
+            "(hollow marker).")
 
 
 def ordered(values: Iterable[str]) -> list[str]:
@@ -327,6 +412,7 @@ def specification(rows: pd.DataFrame, title: str) -> Drawn | None:
         for r in sub.itertuples():
             x, y = values.index(r.value), names.index(r.row)
             ax.scatter([x], [y], s=80, color=VERDICT_COLOURS[r.verdict],
+                       marker=VERDICT_MARKERS[r.verdict],
                        edgecolors="black" if r.judged else "none", linewidths=1.5)
         long = max(len(v) for v in values) > 6  # values with units: slanted, to fit
         ax.set_xticks(range(len(values)), values, rotation=35 if long else 0,

@@ -141,7 +141,8 @@ def exit_shares(shares: pd.DataFrame, palette: Palette) -> Drawn:
     ax.set(xlabel="exit loop", ylabel="share of tokens", yscale="log",
            title="where A1 exits, per cell")
     alt = ("The share of tokens the KL exit (A1) stops at each loop, log scale, a "
-           f"line per cell ({shares['cell'].nunique()} cells).")
+           f"line per cell ({shares['cell'].nunique()} "
+           f"cell{'' if shares['cell'].nunique() == 1 else 's'}).")
     return done(fig, alt, legend=ax)
 
 

@@ -1,6 +1,7 @@
 """Reports: papermill executes a notebook template, nbconvert writes a self-contained
 HTML page (titled, nothing loaded from another site, every figure with its alt text).
-What a report was computed from is loopscope.render.provenance; the tables and numbers
+What a report was computed from its stage records before the notebook runs
+(loopscope.base.provenance) and passes in as a parameter; the tables and numbers
 the notebooks show are loopscope.render.report_tables (tables_a, tables_b), their figures
 loopscope.render.figures (figures_a, figures_b); screenshots of the rendered pages are
 loopscope.render.screenshots (no stage runs it)."""

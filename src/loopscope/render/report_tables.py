@@ -4,10 +4,15 @@ loopscope.render.tables_b. A notebook calls these, displays what they return and
 with loopscope.render.figures: every value a report shows is computed, and tested, here.
 Files are read through loopscope.base.outputs, so a missing one names the stage to run.
 
-    every report   table_display, computed_from, claims_view, claims_intro, forest_rows,
-                   specification_rows, parameters_table, rules_list, scale_table,
-                   scale_line, units_statement, experiment_verdicts, init_effect
+    every report   table_display, paper_line, computed_from, inputs_html, claims_view,
+                   claims_intro, forest_rows, specification_rows, parameters_table,
+                   rules_list, scale_table, scale_line, units_statement,
+                   experiment_verdicts, init_effect
     index          claims_summary, provenance_table, headline_table
+
+What a report was computed from (its provenance) is recorded by its stage before the
+notebook runs (loopscope.base.provenance) and handed to the notebook as a parameter;
+computed_from, provenance_table and inputs_html show it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ from loopscope.base.outputs import read_json, read_metrics
 from loopscope.judge.cells import cell_group
 from loopscope.judge.experiments import flips, recorded, run_counts, stale, verdict_columns
 from loopscope.measure.units import FEWEST_UNITS, MIN_UNITS
-from loopscope.render.provenance import provenance
 from loopscope.weights.config import load_cell
 
 PAPERS = {"paper_a": "A", "paper_b": "B"}
@@ -41,10 +45,58 @@ def table_display() -> None:
     pd.set_option("display.float_format", lambda v: "-" if v != v else f"{v:.4g}")
 
 
-def computed_from(seeds: list[int]) -> str:
-    """The line under a report's title that says what it was computed from
-    (loopscope.render.provenance)."""
-    return "Computed from: " + ", ".join(f"{k} {v}" for k, v in provenance(seeds).items())
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """"1 row", "2 rows": a count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def _provenance(found: dict[str, Any]) -> dict[str, str]:
+    """A report's provenance (its stage's record, with the seeds and the precision) in
+    words, a line each: what computed_from and provenance_table show."""
+    commit = found.get("commit")
+    packages = found.get("packages", {})
+    precision = found.get("precision", {})
+    return {
+        "commit": (f"{commit[:10]} (checked out when the run started; the code that ran "
+                   "is named by its digests among the inputs)" if commit
+                   else "none (not a git checkout)"),
+        "inputs": (f"{plural(len(found.get('inputs', {})), 'input')} by their DVC digests, as "
+                   f"dvc.lock records the deps of `{found.get('stage', '?')}` (listed at the end)"),
+        "params": (f"{', '.join(found.get('params', {}).get('keys', []))}: sha256 "
+                   f"{found.get('params', {}).get('sha256', '?')}"),
+        "packages": ", ".join(f"{k} {v}" for k, v in packages.items()),
+        "cpu": found.get("cpu", "?"),
+        "training precision": (f"{precision.get('training', '?')} (measured in "
+                               f"{precision.get('measuring', 'fp32')})"),
+        "seeds": ", ".join(map(str, found.get("seeds", []))),
+        "date": found.get("date", "?")}
+
+
+def computed_from(provenance: dict[str, Any]) -> str:
+    """The line under a report's title that says what it was computed from: the
+    record its stage took before the run (loopscope.base.provenance)."""
+    return "Computed from: " + "; ".join(f"{k} {v}" for k, v in _provenance(provenance).items())
+
+
+def inputs_html(provenance: dict[str, Any]) -> str:
+    """Every input of the report by its DVC digest, and the params' digest, as a
+    collapsed HTML table: the same digests dvc.lock records for the report's stage."""
+    rows = [{"input": path, "DVC digest": digest}
+            for path, digest in provenance.get("inputs", {}).items()]
+    params = provenance.get("params", {})
+    rows.append({"input": f"params.yaml ({', '.join(params.get('keys', []))})",
+                 "DVC digest": f"sha256:{params.get('sha256', '?')}"})
+    return ("<details><summary>The inputs of this page by their DVC digests "
+            f"({plural(len(rows), 'row')})</summary>"
+            + pd.DataFrame(rows).to_html(index=False) + "</details>")
+
+
+def paper_line(paper: str) -> str:
+    """The paper a report checks, by title (tables/claims.json's `papers`), and where
+    each row's number comes from."""
+    title = claims()["papers"][paper]["title"]
+    return (f"Paper {PAPERS[paper]}: *{title}*. Every \"paper says\" number below is the "
+            "paper's own, with the section, table or figure it comes from (`where`).")
 
 
 def claims() -> dict[str, Any]:
@@ -104,11 +156,12 @@ def claims_intro(paper: str) -> str:
     fragile = sum(robustness(r).startswith("fragile") for r in findings)
     extensions = [r for r in rows if r["kind"] == "extension"]
     told = ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts.get(v))
-    line = (f"**{counts.get('holds', 0)} of {len(findings)} findings hold** on this run "
+    line = (f"**{counts.get('holds', 0)} of {plural(len(findings), 'finding')} "
+            f"{'holds' if len(findings) == 1 else 'hold'}** on this run "
             f"({told}); {fragile} of them fragile (the verdict turns within a parameter's "
             "declared range).")
     if extensions:
-        line += (f" {len(extensions)} rows beyond the paper (extensions: "
+        line += (f" {plural(len(extensions), 'row')} beyond the paper (extensions: "
                  + ", ".join(f"{sum(r['verdict'] == v for r in extensions)} {v}"
                              for v in VERDICTS if any(r["verdict"] == v for r in extensions))
                  + ") are not counted among its findings.")
@@ -137,42 +190,48 @@ def parameters_table() -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def band_distance(est: dict[str, Any]) -> tuple[float, float, float] | None:
-    """An estimate (lo, value, hi) as its distance from the nearer finite edge of its
-    band, in widths of its interval, positive inside the band: the forest plot's x,
-    which puts statistics of different units on one axis (0: on the edge). None: the
-    band has no finite edge."""
-    lo_band, hi_band = est["band"]
-    width = max(est["hi"] - est["lo"], 1e-12)
-    value = est["value"]
-    use_lo = lo_band is not None and (hi_band is None
-                                      or abs(value - lo_band) <= abs(hi_band - value))
-    if use_lo:
-        return ((est["lo"] - lo_band) / width, (value - lo_band) / width,
-                (est["hi"] - lo_band) / width)
-    if hi_band is None:
+PART_ESTIMATE = {"direction": "estimate", "magnitude": "magnitude_estimate"}
+UNITLESS = "unitless"  # the panel of the statistics whose unit is not given
+
+
+def decisive_part(row: dict[str, Any]) -> str | None:
+    """Which of a row's comparisons its counted verdict turned on: "direction" or
+    "magnitude" (the one whose own verdict is the row's, the direction where both are),
+    None for a row not shown or judged on nothing."""
+    if row["verdict"] == "not shown":
         return None
-    return ((hi_band - est["hi"]) / width, (hi_band - value) / width,
-            (hi_band - est["lo"]) / width)
+    if row.get("magnitude") in ("n/a", "", None) or row["direction"] == row["verdict"]:
+        part = "direction"
+    else:
+        part = "magnitude"
+    return part if row.get(PART_ESTIMATE[part]) else None
 
 
-def forest_rows(paper: str) -> pd.DataFrame:
-    """A row per comparison a paper's rows decide on (the direction's decisive one and
-    the magnitude's), findings and extensions: label, part, its distance from the band
-    (band_distance), the row's verdict and robustness mark. Rows not shown or
-    without a finite band are left out."""
+def forest_rows(paper: str, found: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A row per claim of a paper (findings and extensions): the interval its verdict
+    turned on (decisive_part) on the statistic's own scale, at the level it was judged
+    (0.95, or Bonferroni where the claim was decided in a family), with its unit, the
+    band where the claim holds, the paper's number where it gives one, the verdict and
+    the robustness mark. Rows not shown, or judged on no interval, are left out. found:
+    tables/claims.json as read already (else read here)."""
     out = []
-    for r in claims()[paper]:
-        for part, key in (("direction", "estimate"), ("magnitude", "magnitude_estimate")):
-            est = r.get(key)
-            found = band_distance(est) if est else None
-            if found is None or not all(map(math.isfinite, found)):
-                continue
-            group = f" [{r['group']}]" if r.get("group") else ""
-            out.append({"row": r["key"].replace("_", " ") + group, "part": part, "lo": found[0],
-                        "x": found[1], "hi": found[2], "verdict": r["verdict"],
-                        "robust": (r.get("robustness") or {}).get("mark", "robust") != "fragile",
-                        "kind": r["kind"], "statistic": est["statistic"]})
+    for r in (found or claims())[paper]:
+        part = decisive_part(r)
+        if part is None:
+            continue
+        est = r[PART_ESTIMATE[part]]
+        group = f" [{r['group']}]" if r.get("group") else ""
+        band_lo, band_hi = est["band"]
+        out.append({"row": r["key"].replace("_", " ") + group
+                    + (" (magnitude)" if part == "magnitude" else ""),
+                    "part": part, "unit": est.get("unit") or UNITLESS,
+                    "statistic": est["statistic"], "lo": est["lo"], "value": est["value"],
+                    "hi": est["hi"], "level": est.get("level", 0.95),
+                    "band_lo": -math.inf if band_lo is None else band_lo,
+                    "band_hi": math.inf if band_hi is None else band_hi,
+                    "paper": math.nan if est.get("paper") is None else est["paper"],
+                    "verdict": r["verdict"], "kind": r["kind"],
+                    "robust": (r.get("robustness") or {}).get("mark", "robust") != "fragile"})
     return pd.DataFrame(out)
 
 
@@ -290,16 +349,17 @@ def experiment_verdicts(paper: str, cells: list[str] | None = None,
     for name, e in exps.items():
         turned = flips(table, name)
         changed = ", ".join(f"{k}={v}" for k, v in e["params"].items())
+        named = "; ".join(f"{r.claim} [{r.group}]" for r in turned.itertuples())
         line = f"`{name}` ({changed}; run on {e['base_commit'][:7]}): "
         if stale(e, now):
             line += ("**judged under other criteria than this report's** (its own baseline "
                      "is the default as judged then): its columns cannot say whether a "
                      "verdict of today's criteria would turn; rerun it to know. Against its "
-                     f"own baseline, {len(turned)} verdict(s) turned between holds and "
-                     "contradicted")
+                     f"own baseline, {plural(len(turned), 'verdict')} turned between holds "
+                     "and contradicted")
         elif len(turned):
-            line += (f"**{len(turned)} verdict(s) turned between holds and contradicted**: "
-                     + "; ".join(f"{r.claim} [{r.group}]" for r in turned.itertuples()))
+            line += (f"**{plural(len(turned), 'verdict')} turned between holds and "
+                     f"contradicted**: {named}")
         else:
             line += "no verdict turned between holds and contradicted"
         lines.append(line)
@@ -307,17 +367,19 @@ def experiment_verdicts(paper: str, cells: list[str] | None = None,
 
 
 def claims_summary(paper: str) -> pd.DataFrame:
-    """The compact claims table of index.html: claim, group, kind, verdict, robustness
-    and ours."""
-    return claims_view(paper)[["claim", "group", "kind", "verdict", "robustness", "ours"]]
+    """The compact claims table of index.html: claim, group, kind, verdict, robustness,
+    what the paper says and where, and ours."""
+    return claims_view(paper)[["claim", "group", "kind", "verdict", "robustness",
+                               "paper says", "where", "ours"]]
 
 
 # --- index -----------------------------------------------------------------------------
 
 
-def provenance_table(seeds: list[int]) -> pd.DataFrame:
-    """The provenance (loopscope.render.provenance) as a one-column table, a row each."""
-    return pd.DataFrame([provenance(seeds)]).T.rename(columns={0: ""})
+def provenance_table(provenance: dict[str, Any]) -> pd.DataFrame:
+    """The report's provenance (computed_from's parts) as a one-column table, a row
+    each; inputs_html lists the inputs."""
+    return pd.DataFrame([_provenance(provenance)]).T.rename(columns={0: ""})
 
 
 def headline_table() -> pd.DataFrame:

@@ -7,8 +7,9 @@ The `summary` stage renders, from the run's own outputs:
   runtime, and what training cost on the machine that ran it;
 - docs/results/forest_a.png, forest_b.png: each paper's forest plot; docs/results/norm.png:
   paper A's hidden-state norm per loop, one line per cell;
-- README.md's blocks between `<!-- begin NAME -->` and `<!-- end NAME -->` markers: the
-  verdicts at a glance with the scale, and the training cost. `make repro` then writes
+- README.md's blocks between `<!-- begin NAME -->` and `<!-- end NAME -->` markers: each
+  paper's counts (`counts`, at the top), the verdicts at a glance with the scale, and
+  the training cost. `make repro` then writes
   the `timings` block (what every stage took, from metrics/stage_timings: `python -m
   loopscope.render.summary timings`). The rest of README is prose; these blocks are the
   only numbers in it, and tests/test_summary.py checks them against tables/claims.json
@@ -30,8 +31,8 @@ from loopscope.base.errors import DataError
 from loopscope.base.files import atomic_output
 from loopscope.base.timings import read_all, summarize
 from loopscope.judge.backbone import STATES
-from loopscope.render.figures import forest
-from loopscope.render.report_tables import forest_rows
+from loopscope.render.figures import forest, forest_alt
+from loopscope.render.report_tables import forest_rows, plural
 from loopscope.render.tables_b import depth_check_line, ledger_lines, ledger_table
 
 README, RESULTS_PAGE, NORM_FIGURE = paths.README, paths.RESULTS_PAGE, paths.NORM_FIGURE
@@ -99,30 +100,57 @@ def scale_line(claims: dict[str, Any]) -> str:
     params = [c["parameters"] for c in cells]
     tokens = [c["training_tokens"] for c in cells]
     seeds = sorted({c["seeds"] for c in cells})
+    per_cell = (" or ".join(map(str, seeds)) + (" seed" if seeds == [1] else " seeds")
+                + " per cell")
     corpus = scale["corpus"]
     return (f"Scale: every verdict is measured on models of {min(params) / 1e6:.2f}-"
             f"{max(params) / 1e6:.2f}M parameters trained on {min(tokens) / 1e6:.2f}-"
             f"{max(tokens) / 1e6:.2f}M tokens of a {corpus['train_tokens'] / 1e6:.2f}M-token "
-            f"corpus, {'/'.join(map(str, seeds))} seed(s) per cell; paper A: "
+            f"corpus, {per_cell}; paper A: "
             f"{scale['papers']['paper_a']['parameters']} parameters, "
             f"{scale['papers']['paper_a']['corpus']}; paper B: "
             f"{scale['papers']['paper_b']['parameters']} parameters.")
 
 
-FOREST_ALT = ("Forest plot of paper {}'s claims: each row's decisive 95% interval as its "
-              "distance from the band where the claim holds, coloured by verdict, hollow "
-              "where fragile")
+def forest_image(claims: dict[str, Any], paper: str, folder: str = "") -> str:
+    """A paper's forest plot as a Markdown image, its alt text what the figure shows
+    (figures.forest_alt over the same rows)."""
+    rows = forest_rows(paper, claims)
+    alt = forest_alt(rows, f"paper {paper[-1].upper()}'s claims")
+    return f"![{alt}]({folder}{FOREST[paper].name if folder else FOREST[paper].as_posix()})"
+
+
+def topic(claims: dict[str, Any], paper: str) -> str:
+    """**Paper A** (the readout blind spot, *its title*)."""
+    named = claims["papers"][paper]
+    return f"**Paper {paper[-1].upper()}** ({named['topic']}; *{named['title']}*)"
+
+
+def counts_line(claims: dict[str, Any], paper: str) -> str:
+    """A paper's findings counted by verdict: "7 of 20 findings hold (8 contradicted, 4
+    inconclusive, 1 not shown)"."""
+    c = claims["counts"][paper]
+    rest = ", ".join(f"{n} {v}" for v, n in c.items() if n and v != "holds")
+    return (f"{c.get('holds', 0)} of {plural(sum(c.values()), 'finding')} "
+            f"{'holds' if sum(c.values()) == 1 else 'hold'}" + (f" ({rest})" if rest else ""))
+
+
+def counts_block(claims: dict[str, Any]) -> str:
+    """README's first numbers: each paper's findings counted by verdict."""
+    return ("What the committed run found, at its scale (extensions beyond the papers are "
+            "not counted):\n\n"
+            + "\n".join(f"- **Paper {p[-1].upper()}** ({claims['papers'][p]['topic']}): "
+                        f"{counts_line(claims, p)}." for p in ("paper_a", "paper_b")))
 
 
 def verdicts_block(claims: dict[str, Any]) -> str:
     """README's verdicts at a glance: the scale, both forest plots, each paper's rows."""
     a, b = verdict_rows(claims)
-    forest = "\n".join(f"![{FOREST_ALT.format(p[-1].upper())}]({path.as_posix()})"
-                       for p, path in FOREST.items())
+    forest = "\n".join(forest_image(claims, p) for p in FOREST)
     return (f"{scale_line(claims)}\n\n{forest}\n\n"
-            f"**Paper A** (the readout blind spot), in each recipe group:\n\n"
+            f"**Paper A** ({claims['papers']['paper_a']['topic']}), in each recipe group:\n\n"
             f"{markdown_table(a)}\n\n"
-            f"**Paper B** (per-token fixed-point convergence). {backbone_recipes(claims)}"
+            f"**Paper B** ({claims['papers']['paper_b']['topic']}). {backbone_recipes(claims)}"
             f"\n\n{markdown_table(b)}")
 
 
@@ -133,9 +161,11 @@ def train_seconds(timings: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 
 def cost_block(timings: dict[str, dict[str, Any]], machine: str) -> str:
+    """README's training cost: the training runs' own wall times, summed (the one place
+    README gives a training time)."""
     secs = train_seconds(timings)
     runs = sum(max(1, len(t.get("runs", {}))) for t in timings.values())
-    return (f"Training the default's {len(secs)} cells ({runs} runs) took "
+    return (f"Training the default's {plural(len(secs), 'cell')} ({plural(runs, 'run')}) took "
             f"{sum(secs.values()) / 60:.0f} min on {machine} (metrics/train_timings, summed; "
             f"per cell in [docs/results.md](docs/results.md#what-training-cost)).")
 
@@ -208,8 +238,8 @@ def claim_rows(rows: list[dict[str, Any]], paper: str) -> list[dict[str, str]]:
     out = []
     for r in rows:
         row = {"claim": _label(r), "group": r.get("group") or "-",
-               "paper": r["paper_says"], "ours": r["value"], "verdict": verdict(r),
-               "criterion": r["criterion"]}
+               "paper": r["paper_says"], "where": r.get("source") or "-", "ours": r["value"],
+               "verdict": verdict(r), "criterion": r["criterion"]}
         if paper == "b":
             row["regime"] = regimes(r)
         out.append(row)
@@ -235,7 +265,9 @@ def claims_sections(claims: dict[str, Any]) -> str:
                        + ", ".join(f"{n} {v}" for v, n in c.items() if n)
                        for p, c in claims["counts"].items())
     rules = "\n".join(f"- **{k}**: {v}" for k, v in claims["rules"].items())
-    return f"""What the committed run measured. Verdicts (each the direction and the magnitude
+    return f"""What the committed run measured, claim by claim, for {topic(claims, "paper_a")}
+and {topic(claims, "paper_b")}. Each "paper" number is the paper's own, with the section,
+table or figure it comes from (`where`). Verdicts (each the direction and the magnitude
 together): {counts}. How each claim is judged (the criterion, the intervals, the regime marks):
 [methods](methods.md). The reports draw the same numbers:
 [reports/html/index.html](../reports/html/index.html).
@@ -246,7 +278,9 @@ together): {counts}. How each claim is judged (the criterion, the intervals, the
 
 ## Paper A: the readout blind spot
 
-![{FOREST_ALT.format("A")}](results/{FOREST["paper_a"].name})
+*{claims["papers"]["paper_a"]["title"]}*
+
+{forest_image(claims, "paper_a", "results/")}
 
 ![Hidden-state norm per loop, a line per paper A cell, our recipe and the reference recipe \
 side by side](results/{NORM_FIGURE.name})
@@ -257,9 +291,11 @@ side by side](results/{NORM_FIGURE.name})
 
 ## Paper B: per-token fixed-point convergence
 
+*{claims["papers"]["paper_b"]["title"]}*
+
 {backbone_recipes(claims)}
 
-![{FOREST_ALT.format("B")}](results/{FOREST["paper_b"].name})
+{forest_image(claims, "paper_b", "results/")}
 
 {markdown_table(claim_rows(claims["paper_b"], "b"))}
 
@@ -379,7 +415,7 @@ def inputs(cells: list[str]) -> dict[str, Any]:
 
 def readme_blocks(x: dict[str, Any]) -> dict[str, str]:
     """README's generated blocks, by name."""
-    return {"verdicts": verdicts_block(x["claims"]),
+    return {"counts": counts_block(x["claims"]), "verdicts": verdicts_block(x["claims"]),
             "cost": cost_block(x["timings"], x["machine"])}
 
 
@@ -399,15 +435,15 @@ def ledger_block(bench: dict[str, Any]) -> str:
 
 def timings_block(found: dict[str, dict[str, Any]]) -> str:
     """What every stage took, each as it last ran (metrics/stage_timings, summed by
-    loopscope.base.timings): the pipeline's own time, without the venv's install."""
+    loopscope.base.timings): the pipeline's own time, without the venv's install. The
+    training time alone is the cost block's (README gives it once)."""
     t = summarize(found)
     total = (t["training_seconds"] + t["measuring_seconds"]) / 60
     cores = "/".join(str(c) for c in sorted({f.get("cores", 0) for f in found.values()}))
-    return (f"The {t['stages']} stages of this run, each as it last ran, took {total:.0f} min "
-            f"on {', '.join(t['cpus'])} ({cores} cores): {t['training_seconds'] / 60:.1f} min of "
-            f"training (configure, prepare, train@*) and {t['measuring_seconds'] / 60:.1f} min "
-            "of measuring (metrics/stage_timings; `python -m loopscope.base.timings` "
-            "itemizes them).")
+    return (f"The {plural(t['stages'], 'stage')} of this run, each as it last ran, took "
+            f"{total:.0f} min on {', '.join(t['cpus'])} ({cores} cores), training included; "
+            f"the stages after training took {t['measuring_seconds'] / 60:.1f} min of it "
+            "(metrics/stage_timings; `python -m loopscope.base.timings` itemizes them).")
 
 
 def stale_blocks(text: str, x: dict[str, Any]) -> list[str]:

@@ -166,7 +166,8 @@ def intro(cells: pd.DataFrame, sweep: pd.DataFrame) -> str:
     """The sentence above the cell table: how many cells, the depths they trained at
     and the depth the sweep reached."""
     trained, swept = depths(cells, sweep)
-    return (f"**{len(cells)} cells**, trained at K = {trained} loops and swept to {swept}; "
+    return (f"**{len(cells)} cell{'' if len(cells) == 1 else 's'}**, trained at K = {trained} "
+            f"loops and swept to {swept}; "
             "the paper B backbones train at a sampled depth and are shown for comparison "
             "(no paper A claim uses them).")
 

@@ -460,7 +460,8 @@ def format_brief(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m loopscope.tools.plan",
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("params_file", nargs="?", default=str(paths.PARAMS))
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print the plan as JSON")
