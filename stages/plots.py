@@ -15,7 +15,7 @@ def main() -> None:
     for name, table in found.items():
         with atomic_output(paths.plot_table(name)) as tmp:
             table.to_csv(tmp, index=False, float_format="%.6g")
-    print("plots: " + ", ".join(f"{paths.plot_table(n)} ({len(t)} rows)"
+    print("plots: " + ", ".join(f"{paths.plot_table(n)} ({len(t)} row{'s' * (len(t) != 1)})"
                                 for n, t in found.items()))
 
 

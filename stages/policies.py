@@ -3,7 +3,7 @@
 For each trained run: A2's probe is fit on the `probe` windows (oracle labels from the
 argmax path to depth R); uniform depths 1..R and every (rule, threshold) of
 policies.grids run on the `choose` and `report` windows through the masked forward
-(loopscope.measure.policies). Each rule's threshold is chosen on `choose` (fewest mean loops
+(loopscope.measure.masked). Each rule's threshold is chosen on `choose` (fewest mean loops
 whose CE is within half of policies.match_nats of uniform depth R) and reported on
 `report`: metrics/policies/<cell>.json (per rule: threshold, mean loops, CE difference
 with its interval, FLOP ratios to depth R and to the baseline min(R, M), M the smallest

@@ -92,7 +92,7 @@ def training_mean(cfg: TrainConfig, loops: int) -> float:
 def nominal_mean(cfg: TrainConfig, loops: int) -> float:
     """The training depth's nominal mean: m of the lognormal sampler (Huginn's `mean`,
     the depth its evaluation runs, while E[r] = m + 1), R for a fixed depth. Paper B's
-    "mean 8" is this m: it builds on Huginn's sampler and evaluates at 8 (PAPERS.md)."""
+    "mean 8" is this m: it builds on Huginn's sampler and evaluates at 8."""
     s = sampler(cfg, loops)
     return float(s.m) if isinstance(s, LogNormal) else float(loops)
 

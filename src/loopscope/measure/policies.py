@@ -64,7 +64,7 @@ class Outcome:
     checks: np.ndarray | None = None  # per token (None: uniform depth, no checks)
 
     def token_flops(self, model: LoopedModel, checks: bool = True) -> np.ndarray:
-        """Per-token forward FLOPs (policies.token_flops), for the intervals; checks:
+        """Per-token forward FLOPs (masked.token_flops), for the intervals; checks:
         whether the exit checks are counted (paper B's FLOPs proxy, mean depth, does not
         count them)."""
         counted = (np.zeros_like(self.loops) if self.checks is None or not checks

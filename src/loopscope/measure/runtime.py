@@ -1,6 +1,6 @@
 """Per-token exits that skip the work: the adaptive runtime.
 
-Same semantics as the masked forward (loopscope.measure.policies.masked_forward), which
+Same semantics as the masked forward (loopscope.measure.masked.masked_forward), which
 computes every token at every loop; here each loop gathers the tokens still active and
 runs the core's projections and feed-forward on them alone. Attention runs for the
 active queries over every key: each core block keeps a key/value buffer with one row
@@ -14,7 +14,7 @@ float tolerance for any exit decisions (tests/test_runtime.py).
   Several streams advance together, each at its own loop, sharing one core call per
   step (depth-wise batching).
 
-Both call the policy objects of loopscope.measure.policies exactly as the masked forward does:
+Both call the policy objects of loopscope.measure.exits exactly as the masked forward does:
 begin() with each token's H_0 when it starts, check() with the tokens checked at a loop.
 The work is marked by part (loopscope.measure.ledger), so the exit benchmark can say
 where a call's time goes. Exit checks: a rule that reads logits runs the coda and head

