@@ -272,8 +272,8 @@ def diagnose_headline(metrics: dict[str, Any]) -> str:
             f"{metrics['radial_fraction_token'][last]:.1e} (eps floor "
             f"{metrics['radial_floor'][last]:.1e}); over {lemma2['sweep_depth']} loops the scale "
             f"grows x{lemma2['scale_growth']:.2f}, step-vs-scale slope "
-            f"{lemma2['slope']:.2f} ({metrics['seeds']} seed{'s' if metrics['seeds'] != 1 else ''}, "
-            f"{metrics['units']} units: "
+            f"{lemma2['slope']:.2f} ({metrics['seeds']} seed"
+            f"{'s' if metrics['seeds'] != 1 else ''}, {metrics['units']} units: "
             f"{metrics['unit']})")
 
 

