@@ -28,8 +28,11 @@ import argparse
 import contextlib
 import os
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,9 +41,10 @@ from dvclive import Live
 from loopscope.base.files import write_json
 from loopscope.weights import compute
 from loopscope.weights.checkpoint import discard_resume, save_model
-from loopscope.weights.config import load_cell
+from loopscope.weights.config import CellConfig, load_cell
 from loopscope.weights.data import check_context, load_meta, load_tokens
-from loopscope.weights.train import init_distributed, train_cell, world
+from loopscope.weights.side_by_side import train_side_by_side
+from loopscope.weights.train import init_distributed, log_row, train_cell, world
 
 
 class RunLog:
@@ -74,6 +78,24 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def sequential(cell: CellConfig, prepared: Path, args: argparse.Namespace, live: Any,
+               rank: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each seed of the cell in turn, in this process, logging live; rank 0 saves each
+    run's model file (its summary without the timings and the logged rows)."""
+    tokens = torch.from_numpy(load_tokens(prepared, "train"))
+    for seed in cell.seeds:
+        model_file = Path(args.model.format(seed=seed))
+        resume = Path(args.resume.format(seed=seed))
+        run_cell = cell.for_seed(seed)
+        model, summary = train_cell(run_cell, tokens,
+                                    live and RunLog(live, model_file.stem), resume)
+        if rank == 0:
+            save_model(model_file, model, run_cell, {"summary": {
+                k: v for k, v in summary.items() if k not in ("timings", "history")}})
+            discard_resume(resume)
+        yield seed, summary
+
+
 def main(argv: list[str]) -> None:
     args = arguments(argv)
     cell = load_cell(args.config)  # configure validated params.yaml and checked room
@@ -91,22 +113,23 @@ def main(argv: list[str]) -> None:
     init_distributed(cell.train)
     compute.tune_heap("train")
     rank = world()[0]
-    tokens = torch.from_numpy(load_tokens(prepared, "train"))
     runs, timings = {}, {}
     live_log = (Live(dir=args.live, dvcyaml=None, save_dvc_exp=False)
                 if rank == 0 else contextlib.nullcontext())
+    start = time.perf_counter()
     with live_log as live:
-        for seed in cell.seeds:
-            model_file = Path(args.model.format(seed=seed))
-            resume = Path(args.resume.format(seed=seed))
-            run_cell = cell.for_seed(seed)
-            model, summary = train_cell(run_cell, tokens,
-                                        live and RunLog(live, model_file.stem), resume)
-            timings[model_file.stem] = summary.pop("timings")  # not in the model file
-            if rank == 0:
-                save_model(model_file, model, run_cell, {"summary": summary})
-                discard_resume(resume)
-            runs[model_file.stem] = {k: v for k, v in summary.items() if k != "config"}
+        if cell.runs_at_once > 1:  # each run in its own process, logs replayed after
+            done = train_side_by_side(cell, prepared, args.model, args.resume)
+        else:
+            done = dict(sequential(cell, prepared, args, live, rank))
+        for seed, summary in done.items():
+            tag = Path(args.model.format(seed=seed)).stem
+            timings[tag] = summary.pop("timings")  # not in the model file
+            history = summary.pop("history")
+            if cell.runs_at_once > 1 and live is not None:
+                for row in history:
+                    log_row(RunLog(live, tag), row)
+            runs[tag] = {k: v for k, v in summary.items() if k != "config"}
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -118,7 +141,8 @@ def main(argv: list[str]) -> None:
         "seeds": len(runs),
         "runs": runs,
     })
-    write_json(args.timings, {
+    write_json(args.timings, {  # wall: the runs side by side counted once
+        "wall_seconds": round(time.perf_counter() - start, 2),
         "train_seconds": round(sum(t["train_seconds"] for t in timings.values()), 2),
         "tokens_per_second": round(mean(t["tokens_per_second"] for t in timings.values()), 1),
         "runs": timings,

@@ -17,7 +17,10 @@ from loopscope.measure.extract import write_extract
 from loopscope.measure.sweep import measure, summarize
 from loopscope.weights.checkpoint import load_model, save_model
 from loopscope.weights.config import TrainConfig
+from loopscope.weights.data import write_prepared
 from loopscope.weights.model import LoopedLM
+from loopscope.weights.side_by_side import train_side_by_side
+from loopscope.weights.tokenizer import train_tokenizer
 from loopscope.weights.train import lr_at, objective, optimizer, train_cell
 
 
@@ -179,3 +182,25 @@ def test_a_backbone_trains_to_the_same_bytes_in_two_processes_side_by_side():
     assert all(job.returncode == 0 for job in jobs), [err[-2000:] for _, err in outs]
     first, second = (out.split() for out, _ in outs)
     assert first == second and len(first[0]) == 64
+
+
+def test_seeds_trained_side_by_side_give_each_run_the_bytes_it_has_alone(tmp_path):
+    """train.seed_processes 2 on 2 threads: the cell's two runs train at once, each in a
+    process of its own on one thread (its config says so); each run's weights are those
+    of the same run config trained alone, and its logged rows come back for DVCLive."""
+    tokens = corpus().numpy().astype("uint16")
+    tok = train_tokenizer(["a tokenizer nothing here reads"], 260, "bpe", 0)
+    write_prepared(tmp_path / "prepared", tok, {"train": tokens, "val": tokens[:500]}, {})
+    both = dataclasses.replace(cell(threads=2, seed_processes=2), seeds=[1, 2])
+    assert both.runs_at_once == 2 and both.for_seed(2).train.threads == 1
+    model, resume = str(tmp_path / "seed{seed}.pt"), str(tmp_path / "resume{seed}.pt")
+    done = train_side_by_side(both, tmp_path / "prepared", model, resume)
+    assert list(done) == [1, 2] and all(d["history"] for d in done.values())
+    for seed in (1, 2):
+        alone, _ = train_cell(both.for_seed(seed), corpus())
+        saved, run_cell = load_model(Path(model.format(seed=seed)))
+        assert run_cell.train.threads == 1 and run_cell.seeds == [seed]
+        for name, tensor in alone.state_dict().items():
+            assert torch.equal(saved.state_dict()[name], tensor), (seed, name)
+    one = dataclasses.replace(both, train=dataclasses.replace(both.train, processes=2))
+    assert one.runs_at_once == 1  # data parallel: one seed at a time

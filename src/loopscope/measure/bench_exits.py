@@ -68,7 +68,7 @@ from loopscope.measure.exits import Policy, Uniform, make
 from loopscope.measure.masked import flops_per_token, masked_forward
 from loopscope.measure.rounds import checked_rounds, interleaved, timed_round, top_ops
 from loopscope.measure.rules import TIMED
-from loopscope.measure.runs import Windows, trained_runs
+from loopscope.measure.runs import Windows, measuring_threads, trained_runs
 from loopscope.weights.model import LoopedLM
 from loopscope.weights.params import View
 
@@ -344,7 +344,7 @@ def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None 
     first = next(trained_runs(cell))
     tokens = min(params.bench.decode_tokens, first.cell.model.context)
     model, cfg = first.model, params.policies
-    torch.set_num_threads(first.cell.train.threads)
+    torch.set_num_threads(measuring_threads(cell) or first.cell.train.threads)
     sets = first.window_sets(params.convergence.windows, "convergence.windows")
     policies = matched_policies(metrics, cfg.first, cfg.every)
     report = sets["report"]

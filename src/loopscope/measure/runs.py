@@ -20,7 +20,7 @@ from loopscope.base.errors import CheckpointError, DataError
 from loopscope.measure.units import MIN_UNITS, blocks, resampling_units, window_surprisal
 from loopscope.weights import compute
 from loopscope.weights.checkpoint import load_model
-from loopscope.weights.config import CellConfig
+from loopscope.weights.config import CellConfig, load_cell
 from loopscope.weights.data import (
     check_context,
     document_ids,
@@ -148,6 +148,14 @@ def initial_states(model: LoopedLM, starts: np.ndarray, seed: int) -> Tensor | N
     return torch.cat(rows).to(weight.device)
 
 
+def measuring_threads(name: str) -> int | None:
+    """The threads a cell's runs are measured on: the cell's train.threads
+    (configs/<cell>.json), every one of them, whatever share a run trained on side by
+    side (train.seed_processes); None where the config is not there (the run's own)."""
+    config = paths.config_file(name)
+    return load_cell(config).train.threads if config.is_file() else None
+
+
 def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences"
                  ) -> Iterator[Run]:
     """Each trained run of cell `name`, with val_sequences validation windows as data,
@@ -165,11 +173,12 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
                               f"`dvc repro train@{name}`.")
     tokens = torch.from_numpy(load_tokens(paths.PREPARED, "val"))
     eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
+    threads = measuring_threads(name)
     for path in files:
         model, cell = load_model(path)
         run_on = compute.resolve(cell.train)
         torch.manual_seed(cell.train.seed)
-        torch.set_num_threads(cell.train.threads)
+        torch.set_num_threads(threads or cell.train.threads)
         model.to(run_on.device)
         context = cell.model.context
         check_context(load_meta(paths.PREPARED), context)

@@ -330,7 +330,8 @@ def check_training(cell: CellConfig, device: torch.device) -> None:
 
     On the CPU the processes of train.processes share the machine's memory (torchrun on
     one node; LOCAL_WORLD_SIZE where torchrun was started by hand); on CUDA each has its
-    own device.
+    own device. Runs trained side by side (train.seed_processes) share the machine, or
+    the device, as many at once as CellConfig.runs_at_once.
     """
     limit = available(device)
     if limit is None:
@@ -341,8 +342,8 @@ def check_training(cell: CellConfig, device: torch.device) -> None:
               "model.d_model": m.d_model, "model.loops": m.loops,
               "tokenizer.vocab_size": m.vocab_size, "train.processes": t.processes}
     keys = ", ".join(f"{k} ({values[k]})" for k in TRAIN_KEYS)
-    local = 1 if device.type == "cuda" else int(os.environ.get("LOCAL_WORLD_SIZE",
-                                                               t.processes))
+    local = cell.runs_at_once * (1 if device.type == "cuda" else
+                                 int(os.environ.get("LOCAL_WORLD_SIZE", t.processes)))
     floor = {k: v for k, v in est.parts.items() if k != "attention"}
     largest = max(floor, key=lambda k: floor[k])
     _check(est.parts, local, limit, f"cell '{cell.cell}': training", keys, LOWER[largest])

@@ -155,14 +155,16 @@ def verdicts_block(claims: dict[str, Any]) -> str:
 
 
 def train_seconds(timings: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """Each cell's training wall time, summed over its runs (seeds)."""
-    return {cell: sum(r["train_seconds"] for r in t.get("runs", {}).values())
+    """Each cell's training wall time: its runs together (`wall_seconds`: runs trained
+    side by side count once), else summed over its runs (seeds)."""
+    return {cell: t.get("wall_seconds") or sum(r["train_seconds"] for r in
+                                               t.get("runs", {}).values())
             or float(t["train_seconds"]) for cell, t in sorted(timings.items())}
 
 
 def cost_block(timings: dict[str, dict[str, Any]], machine: str) -> str:
-    """README's training cost: the training runs' own wall times, summed (the one place
-    README gives a training time)."""
+    """README's training cost: each cell's training wall time (its runs together),
+    summed (the one place README gives a training time)."""
     secs = train_seconds(timings)
     runs = sum(max(1, len(t.get("runs", {}))) for t in timings.values())
     return (f"Training the default's {plural(len(secs), 'cell')} ({plural(runs, 'run')}) took "

@@ -31,7 +31,9 @@ gradients run through (the kept loops). The rate:
   square matmul, the size `bench train` times, on train.threads threads) times the
   share of that roof a training step reaches (step efficiency: the fp32 ratio_to_matmul
   of a committed `bench train` result, metrics/bench/train.json, else STEP_EFFICIENCY);
-  --tflops replaces the calibration.
+  a cell whose runs train side by side (train.seed_processes) at each run's share of
+  the threads, its roof probed at that count, times the runs at once; --tflops replaces
+  the calibration.
 The measuring stages (extract, diagnose with the clamp, throughput, convergence, policies,
 bench_exits) run forward passes only; their FLOPs are counted from params.yaml (windows,
 depths, seeds, grids: measuring_flops), at the rate of a forward pass of the model's own
@@ -276,8 +278,8 @@ def plan(path: str | Path, device: str | None = None,
     for name, cell in resolved.items():
         key = json.dumps(cell.model.__dict__, sort_keys=True)
         counts.setdefault(key, num_params(cell.model))
-        cells[name] = plan_cell(cell, corpus.tokens, device, counts[key], tflops,
-                                calibration.train_gflops if calibration else None)
+        gflops = calibration.side_by_side_gflops(cell) if calibration else None
+        cells[name] = plan_cell(cell, corpus.tokens, device, counts[key], tflops, gflops)
         flops = measuring_flops(params, name, cell)
         rate = measuring_rate(cells[name], cell, calibration)
         cells[name]["measure_flops"] = flops

@@ -10,7 +10,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +129,18 @@ class Calibration:
     efficiency_source: str
     forward_gflops: dict[str, float]  # shape_key -> GFLOP/s of a forward pass
     seconds: float  # the probe's own wall time
+    # the roof on fewer threads, where runs train side by side (train.seed_processes)
+    roofs: dict[int, float] = field(default_factory=dict)
 
     @property
     def train_gflops(self) -> float:
         return self.efficiency * self.roof_gflops
+
+    def side_by_side_gflops(self, cell: CellConfig) -> float:
+        """A cell's training rate on this CPU with its runs side by side: each run's
+        share of the threads at that thread count's roof, times the runs at once."""
+        per = cell.for_seed(cell.seeds[0]).train.threads
+        return self.efficiency * self.roofs.get(per, self.roof_gflops) * cell.runs_at_once
 
 
 def calibrate(cells: Iterable[CellConfig], windows: int,
@@ -149,5 +157,7 @@ def calibrate(cells: Iterable[CellConfig], windows: int,
         key = shape_key(cell.model)
         if key not in forward:
             forward[key] = forward_gflops(cell.model, threads, windows)
+    shares = {c.for_seed(c.seeds[0]).train.threads for c in cells if c.runs_at_once > 1}
+    roofs = {n: roof_gflops(n, size) for n in sorted(shares - {threads})}
     return Calibration(cpu_model(), threads, roof, size, efficiency, source, forward,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, roofs)

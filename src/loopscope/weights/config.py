@@ -95,6 +95,10 @@ class TrainConfig:
     precision: Precision = "auto"  # auto (bf16 autocast on cuda, fp32 on cpu) | fp32 | bf16
     compile: bool = False  # torch.compile the model
     processes: int = 1  # data-parallel processes (torchrun + DDP); batch_size is global
+    # a cell's seeds trained at once, each run in its own process on threads /
+    # seed_processes threads (two small runs side by side use two cores better than one
+    # run on both); 1: one seed after another on every thread; not under train.processes
+    seed_processes: int = 1
     log_every: int = 10
     checkpoint_every: int = 50  # steps between resume checkpoints (checkpoints/<cell>/)
 
@@ -130,10 +134,21 @@ class CellConfig:
         if not self.seeds:
             self.seeds = [self.train.seed]
 
+    @property
+    def runs_at_once(self) -> int:
+        """How many of the cell's runs train side by side (train.seed_processes, at most
+        one per seed); one at a time under data parallelism (train.processes > 1)."""
+        if self.train.processes > 1:
+            return 1
+        return max(1, min(self.train.seed_processes, len(self.seeds)))
+
     def for_seed(self, seed: int) -> CellConfig:
-        """The config of this cell's training run with the given seed."""
-        return CellConfig(cell=self.cell, model=self.model,
-                          train=dataclasses.replace(self.train, seed=seed), seeds=[seed])
+        """The config of this cell's training run with the given seed: where its seeds
+        train side by side (runs_at_once), on its share of train.threads, the thread
+        count its numerics are a function of (recorded in the run's own config)."""
+        threads = max(1, self.train.threads // self.runs_at_once)
+        return CellConfig(cell=self.cell, model=self.model, seeds=[seed],
+                          train=dataclasses.replace(self.train, seed=seed, threads=threads))
 
     def to_json(self) -> str:
         """Content-stable bytes: same config, same file, so DVC sees no change."""

@@ -138,8 +138,10 @@ def check_model(m: ModelConfig, require: Callable[[str, bool, str], None]) -> No
 def check_train(t: TrainConfig, require: Callable[[str, bool, str], None]) -> None:
     """The train block's ranges."""
     for name in ("batch_size", "threads", "log_every", "checkpoint_every", "stride",
-                 "processes"):
+                 "processes", "seed_processes"):
         require(name, getattr(t, name) >= 1, ">= 1")
+    require("seed_processes", t.threads % t.seed_processes == 0,
+            f"a divisor of train.threads ({t.threads}): each run gets an equal share")
     require("epochs", t.epochs >= 0, ">= 0")
     if t.epochs > 0:
         require("steps", t.steps == 0, "0 when train.epochs is set (set one of the two)")

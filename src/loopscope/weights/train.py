@@ -119,7 +119,7 @@ def objective(out: LoopOutput, targets: torch.Tensor, cfg: TrainConfig
     return loss, [c.item() for c in ces]
 
 
-def _log(live: Any, row: dict[str, float]) -> None:
+def log_row(live: Any, row: dict[str, float]) -> None:
     """Send one logged row to DVCLive at its own step (set before logging: dvclive
     stamps each value with the step current when it is logged)."""
     if live is None:
@@ -307,7 +307,7 @@ def _start(cell: CellConfig, cfg: TrainConfig, train_tokens: torch.Tensor,
         if rank == 0:
             print(f"train {cell.cell}: resuming from step {run.first} ({resume})", flush=True)
         for row in run.history:
-            _log(live, row)
+            log_row(live, row)
     model.to(device)
     _optimizer_to(run.opt, device)
     return run
@@ -415,7 +415,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
     tokens_per_step = cfg.batch_size * cell.model.context
     start = time.perf_counter()
     bar = tqdm(range(run.first, cfg.steps), initial=run.first, total=cfg.steps,
-               disable=rank != 0, desc=f"train {cell.cell}", unit="step", mininterval=2.0)
+               disable=rank != 0, desc=f"train {cell.cell} seed{cfg.seed}", unit="step",
+               mininterval=2.0)
     for step in bar:
         lr, ces, out, loops, y = _step(run, forward, cell.cell, cfg, run_on, step, rows)
         tok_s = tokens_per_step * (step + 1 - run.first) / (time.perf_counter() - start)
@@ -424,7 +425,7 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
             row = _row(step, lr, run.loss, ces, out, loops, y, run, cell.model.vocab_size,
                        device)
             run.history.append(row)
-            _log(live, row)
+            log_row(live, row)
             if cfg.collapse_guard:
                 check_collapse(cell.cell, run.history, cfg, lr, run.loss, unigram)
         done = step + 1
@@ -437,7 +438,8 @@ def train_cell(cell: CellConfig, train_tokens: torch.Tensor, live: Any = None,
 
 def _summary(run: _Run, cfg: TrainConfig, run_on: compute.Compute, seconds: float
              ) -> dict[str, Any]:
-    """The run's summary (train_cell): reproducible but for its timings."""
+    """The run's summary (train_cell): reproducible but for its timings; with the rows
+    it logged (history), for a run whose log is replayed into DVCLive afterwards."""
     size = world()[1]
     tokens = cfg.batch_size * run.model.cfg.context * cfg.steps
     return {
@@ -448,6 +450,7 @@ def _summary(run: _Run, cfg: TrainConfig, run_on: compute.Compute, seconds: floa
         "config": asdict(cfg),
         "timings": {"train_seconds": round(seconds, 2),
                     "tokens_per_second": round(tokens / seconds, 1)},
+        "history": run.history,
     }
 
 
