@@ -31,7 +31,7 @@ from loopscope.measure.convergence import (
     measure_run,
 )
 from loopscope.measure.params import load
-from loopscope.measure.runs import trained_runs
+from loopscope.measure.runs import map_runs
 from loopscope.measure.save import write_outputs
 from loopscope.weights.data import load_tokenizer
 
@@ -46,10 +46,9 @@ def main(name: str) -> None:
     params = load(READS)
     cfg, cross_epsilon = params.convergence, params.policies.cross_epsilon
     tok = load_tokenizer(paths.PREPARED)
-    runs: list[RunConvergence] = []
-    for r in trained_runs(name):
-        runs.append(measure_run(r, tok, cfg, cross_epsilon))
-        print(f"convergence {name} {r.tag}: {runs[-1].describe()}", flush=True)
+    runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon)
+    for run in runs:
+        print(f"convergence {name} seed{run.seed}: {run.describe()}", flush=True)
     metrics = cell_metrics(runs, cfg, cross_epsilon, name)
     write_outputs("convergence", name, metrics, {"convergence": cell_table(runs, cfg.epsilon)})
     print(f"convergence {name}: {headline(metrics)}")

@@ -19,7 +19,7 @@ import pandas as pd
 from loopscope.measure.params import load
 from loopscope.measure.policies import headline, summarize_sweeps, sweep_run
 from loopscope.measure.rules import check_grid
-from loopscope.measure.runs import trained_runs
+from loopscope.measure.runs import map_runs
 from loopscope.measure.save import write_outputs
 
 READS = ("convergence.windows", "convergence.bootstrap", "policies.match_nats",
@@ -31,8 +31,7 @@ def main(name: str) -> None:
     cfg = params.policies
     for rule, grid in cfg.grids.items():  # before any compute is spent
         check_grid(rule, grid)
-    sweeps = [sweep_run(r, cfg, params.convergence.windows, f"policies {name}")
-              for r in trained_runs(name)]
+    sweeps = map_runs(name, sweep_run, cfg, params.convergence.windows, f"policies {name}")
     metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap,
                                      name)
     write_outputs("policies", name, metrics, {"policies": pd.DataFrame(rows)})

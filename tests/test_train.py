@@ -12,8 +12,10 @@ from conftest import TINY
 from conftest import tiny_cell as cell
 from conftest import tiny_corpus as corpus
 
+from loopscope.base import paths
 from loopscope.base.errors import CheckpointError, DivergenceError
 from loopscope.measure.extract import write_extract
+from loopscope.measure.runs import map_runs, trained_runs
 from loopscope.measure.sweep import measure, summarize
 from loopscope.weights.checkpoint import load_model, save_model
 from loopscope.weights.config import TrainConfig
@@ -204,3 +206,36 @@ def test_seeds_trained_side_by_side_give_each_run_the_bytes_it_has_alone(tmp_pat
             assert torch.equal(saved.state_dict()[name], tensor), (seed, name)
     one = dataclasses.replace(both, train=dataclasses.replace(both.train, processes=2))
     assert one.runs_at_once == 1  # data parallel: one seed at a time
+
+
+def _threads_and_state(run) -> tuple[int, float]:
+    """What map_runs' test measures of a run: the threads it ran on, and a number of
+    its forward pass."""
+    with torch.no_grad():
+        state = run.model(run.x, read="none").states[-1]
+    return torch.get_num_threads(), float(state.double().sum())
+
+
+def test_runs_trained_side_by_side_are_measured_side_by_side(tmp_path, monkeypatch):
+    """map_runs measures a cell whose runs trained side by side in a process per run on
+    the same share of threads (one each of two), in seed order, with the numbers a run
+    measured alone on one thread gives; a cell trained one seed at a time is measured
+    in this process on every thread."""
+    monkeypatch.chdir(tmp_path)
+    tokens = corpus().numpy().astype("uint16")
+    tok = train_tokenizer(["a tokenizer nothing here reads"], 260, "bpe", 0)
+    write_prepared(paths.PREPARED, tok, {"train": tokens, "val": tokens[:600]}, {})
+    both = dataclasses.replace(cell(threads=2, seed_processes=2, steps=3), seeds=[1, 2],
+                               cell="tiny")
+    paths.config_file("tiny").parent.mkdir(parents=True)
+    paths.config_file("tiny").write_text(both.to_json())
+    for seed in both.seeds:
+        model, _ = train_cell(both.for_seed(seed), corpus())
+        save_model(paths.model_file("tiny", seed), model, both.for_seed(seed), {})
+    found = map_runs("tiny", _threads_and_state)
+    alone = [_threads_and_state(r) for r in trained_runs("tiny", threads=1)]
+    assert [t for t, _ in found] == [1, 1] and found == alone
+    paths.config_file("tiny").write_text(
+        dataclasses.replace(both, train=dataclasses.replace(both.train, seed_processes=1))
+        .to_json())
+    assert [t for t, _ in map_runs("tiny", _threads_and_state)] == [2, 2]

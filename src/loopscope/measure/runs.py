@@ -8,8 +8,11 @@ runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import multiprocessing
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -156,15 +159,16 @@ def measuring_threads(name: str) -> int | None:
     return load_cell(config).train.threads if config.is_file() else None
 
 
-def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences"
-                 ) -> Iterator[Run]:
+def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences",
+                 only: str | None = None, threads: int | None = None) -> Iterator[Run]:
     """Each trained run of cell `name`, with val_sequences validation windows as data,
     spread evenly over the whole split (every document contributes) and the same for
     every cell and seed; what: the param behind val_sequences, for errors.
 
     Seeds torch with the run's seed before yielding; a noise initial state comes from
     initial_states, the same in every stage for the same window. Bounds the heap first
-    (compute.tune_heap): every measuring stage starts here.
+    (compute.tune_heap): every measuring stage starts here. only: that run alone (its
+    tag, seed<N>); threads: torch's threads (default: measuring_threads).
     """
     compute.tune_heap("measure")
     files = paths.run_files(name)
@@ -173,8 +177,8 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
                               f"`dvc repro train@{name}`.")
     tokens = torch.from_numpy(load_tokens(paths.PREPARED, "val"))
     eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
-    threads = measuring_threads(name)
-    for path in files:
+    threads = threads or measuring_threads(name)
+    for path in files if only is None else [f for f in files if f.stem == only]:
         model, cell = load_model(path)
         run_on = compute.resolve(cell.train)
         torch.manual_seed(cell.train.seed)
@@ -189,3 +193,32 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
         yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device),
                   run_on, tokens, initial_states(model, starts, cell.train.seed),
                   units.ids, units.name)
+
+
+T = TypeVar("T")
+
+
+def map_runs(name: str, measure: Callable[..., T], *args: Any) -> list[T]:
+    """measure(run, *args) on each trained run of cell `name` (trained_runs at its
+    defaults), in seed order: side by side where the cell trained its runs so
+    (configs/<cell>.json's train.seed_processes), one spawned process per run on its
+    share of the cell's threads, the share each run trained on; else one after another
+    here, on every thread. A run's numbers depend on its thread count alone, which the
+    config fixes. measure is a module-level function (the processes import it)."""
+    config = paths.config_file(name)
+    cell = load_cell(config) if config.is_file() else None
+    files = paths.run_files(name)
+    if cell is None or cell.runs_at_once < 2 or len(files) < 2:
+        return [measure(run, *args) for run in trained_runs(name)]
+    share = max(1, cell.train.threads // cell.runs_at_once)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(cell.runs_at_once, mp_context=context) as pool:
+        jobs = [pool.submit(_measure_one, name, f.stem, share, measure, args) for f in files]
+        return [job.result() for job in jobs]
+
+
+def _measure_one(name: str, tag: str, threads: int, measure: Callable[..., T],
+                 args: tuple[Any, ...]) -> T:
+    """One run of a cell measured in a process of its own (map_runs)."""
+    (run,) = trained_runs(name, only=tag, threads=threads)
+    return measure(run, *args)
