@@ -457,7 +457,10 @@ def test_initial_states_are_keyed_by_seed_and_window_start():
     torch.testing.assert_close(initial_states(model, np.array([16]), seed=42)[0], both[1])
     assert not torch.equal(initial_states(model, np.array([16]), seed=43)[0], both[1])
     assert not torch.equal(both[0], both[1])
-    rms = both.pow(2).mean().sqrt()  # Huginn's: sqrt(2 / 5d) times sqrt(d), about 0.6
+    rms = both.pow(2).mean().sqrt()  # drawn like the embeddings: N(0, 0.02) under gpt2
+    assert 0.015 < rms < 0.025
+    huginn = initial_states(backbone(init="huginn"), np.array([0, 16]), seed=42)
+    rms = huginn.pow(2).mean().sqrt()  # Huginn's: sqrt(2 / 5d) times sqrt(d), about 0.6
     assert 0.5 < rms < 0.7
     assert initial_states(backbone(state_init="embed"), np.array([0]), seed=42) is None
 
