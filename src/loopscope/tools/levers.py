@@ -20,7 +20,7 @@ RUNTIME times the exit runtime (bench_exits) on one deeper backbone.
     python -m loopscope.tools.levers check NAME    # after it: does it agree with results.json?
 
 `make depth` does the first three. Every experiment, `default` included, varies the
-search's own base recipe (SEARCH_BASE: paper B's sampler sigma 0.5), not whatever
+search's own base recipe (SEARCH_BASE: paper B's sampler sigma 0.5, one seed), not whatever
 params.yaml's backbone is now, so a point reruns to the same recipe on any later commit.
 The results are read from `dvc exp show --json`,
 so they are what the experiments measured; results.json records the commit they were
@@ -63,10 +63,11 @@ AGREE_LOOPS = 1
 AGREE_NATS = 0.02
 TREND = "training tokens"
 DEFAULT = "default recipe"
-# The recipe the search varies: the backbone cell with paper B's sampler width. The
-# pipeline's backbone has since moved to sigma 0.1 (this search's finding); the
-# experiments keep 0.5 so their points stay comparable with each other and rerunnable.
-SEARCH_BASE: tuple[str, ...] = ("train.depth_sigma=0.5",)
+# The recipe the search varies: the backbone cell with paper B's sampler width, one seed.
+# The pipeline's backbone has since moved to sigma 0.1 (this search's finding) and two
+# seeds; the experiments keep 0.5 and seed 42 so their points stay comparable with each
+# other and rerunnable.
+SEARCH_BASE: tuple[str, ...] = ("train.depth_sigma=0.5", "seeds=[42]")
 
 
 @dataclass(frozen=True)
