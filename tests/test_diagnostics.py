@@ -1,7 +1,6 @@
 """Paper A's diagnostics: Lemma 1's radial fraction, Lemma 2's decomposition, the
 scale clamp and the extract format."""
 
-import copy
 
 import numpy as np
 import pandas as pd
@@ -25,6 +24,7 @@ from loopscope.measure.extract import load_extract, write_extract
 from loopscope.measure.sweep import (
     angular_step,
     diagnose_headline,
+    float64_reader,
     lemma2_slope,
     measure,
     norm_stats,
@@ -51,7 +51,7 @@ def states(scale: float = 5.0) -> torch.Tensor:
 
 @pytest.mark.parametrize("readout, low, high", [("normed", 0, 1e-5), ("raw", 1e-3, 1)])
 def test_radial_fraction_on_a_random_model(readout, low, high):
-    m = copy.deepcopy(model(readout=readout)).double()
+    m = float64_reader(model(readout=readout))
     _, y = data()
     per_token, batch = radial_cosines(m, states(), y, last=False)
     assert per_token.shape == (6 * 16,)
@@ -62,7 +62,7 @@ def test_radial_fraction_on_a_random_model(readout, low, high):
 def test_normed_radial_fraction_is_the_eps_floor():
     # RMSNorm's eps leaves eps / (||H||^2/d + eps) of radial gradient; with eps = 0 only
     # float64 round-off is left, so the normed value measures eps, not the lemma
-    m = copy.deepcopy(model()).double()
+    m = float64_reader(model())
     _, y = data()
     h = states(0.05)  # small states: the floor is large enough to see
     cos, _ = radial_cosines(m, h, y, last=False)
@@ -232,11 +232,11 @@ def test_throughput_interleaves_cells_within_each_round():
         def carry(self, h, first=False):
             return self.inner.carry(h, first)
 
-        def step(self, h, e, kvs=None):
+        def step(self, h, e, kvs=None, k=None, positions=None):
             self.steps += 1
-            return self.inner.step(h, e, kvs)
+            return self.inner.step(h, e, kvs, k, positions)
 
-        def read(self, h, last):
+        def read(self, h, last, positions=None):
             calls.append((self.name, self.steps))
             return self.inner.read(h, last)
 

@@ -12,6 +12,8 @@ from conftest import BACKBONE, Scripted, tiny_tokens
 from loopscope.measure.convergence import convergence_loop, shares, useful_depth
 from loopscope.measure.exits import (
     KL,
+    KNOWN,
+    NATIVE,
     RULES,
     ArgmaxStability,
     Cosine,
@@ -309,8 +311,9 @@ def test_vocabulary_math_in_row_chunks_is_bit_identical_to_whole_batches(monkeyp
 
 
 def test_rule_defaults_are_huginns_and_params_knows_them():
-    assert {r: rule_defaults(r) for r in RULES if r != "uniform"} == {
+    assert {r: rule_defaults(r) for r in KNOWN if r != "uniform"} == {
         r: rule.defaults for r, rule in RULE_DATA.items()}
+    assert {r for r, rule in RULE_DATA.items() if rule.native} == set(NATIVE)
     assert rule_defaults("kl-huginn") == (1e-3, 5e-4)  # its first release used 5e-4
     assert (LatentDiff.default, Cosine.default, MinpKL.default) == (0.03, 1e-3, 1e-5)
     assert (EntropyDiff.default, ArgmaxStability.default, KL.default) == (1e-3, 5, 1e-3)

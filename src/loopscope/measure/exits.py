@@ -9,13 +9,15 @@ Rules (RULES): uniform (A0, no checks), kl (A1, paper B's KL(p_i || p_prev)), pr
 (A2), and Huginn's rules by Huginn's names and defaults: kl-huginn (KL(p_prev || p_i),
 first check against uniform), minp-kl, entropy-diff, latent-diff (relative state
 change), cosine, latent-acceleration (second order, with a two-hit variant) and
-argmax-stability. The masked forward (loopscope.measure.masked),
+argmax-stability; and, on a model that has one, its own exit score (exit-score, NATIVE).
+The masked forward (loopscope.measure.masked),
 the runtime (loopscope.measure.runtime) and the policies stage call them alike.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -335,21 +337,65 @@ class Probe(Policy):
         return torch.sigmoid(h.float() @ self.weight.to(h.device) + self.bias) < self.threshold
 
 
+class ExitScore(Policy):
+    """A model's own exit rule, where it has one (the looped-model interface's
+    exit_score: an exit gate's per-token probability p_i of exiting at loop i, from the
+    state alone, as Ouro's gate gives it): exit once the probability of having
+    continued through every check so far, prod (1 - p_j), falls below threshold, i.e.
+    once the model's exit distribution puts at least 1 - threshold of its mass at or
+    before this loop. The default 0.5 exits at the median of that distribution. A rule
+    of the models that have the score (NATIVE): LoopedLM has none, so params.yaml's
+    grids do not name it."""
+
+    name = "exit-score"
+
+    def __init__(self, score: Callable[[torch.Tensor], torch.Tensor], threshold: float = 0.5,
+                 first: int = 1, every: int = 1) -> None:
+        super().__init__(threshold, first, every)
+        self.score = score
+
+    def reset(self, n_tokens: int) -> None:
+        super().reset(n_tokens)
+        self.survival: torch.Tensor | None = None
+
+    def can_exit(self, cap: int) -> bool:
+        """A probability is >= 0, so a threshold of 0 never fires."""
+        return self.threshold > 0 and super().can_exit(cap)
+
+    def check(self, loops: torch.Tensor, h: torch.Tensor, logits: torch.Tensor | None,
+              idx: torch.Tensor) -> torch.Tensor:
+        p = self.score(h).float().clamp(0.0, 1.0)
+        if self.survival is None:
+            self.survival = torch.ones(self.n_tokens, dtype=torch.float32, device=p.device)
+        self.survival[idx] = self.survival[idx] * (1.0 - p)
+        return self.survival[idx] < self.threshold
+
+
 RULES: dict[str, type[Policy]] = {rule.name: rule for rule in (
     Uniform, KL, KLHuginn, MinpKL, EntropyDiff, LatentDiff, Cosine, LatentAcceleration,
     LatentAcceleration2Hit, ArgmaxStability, Probe)}
+# Rules that read a model's own exit score: run only on a model whose exit_score is set
+NATIVE: dict[str, type[Policy]] = {ExitScore.name: ExitScore}
+KNOWN: dict[str, type[Policy]] = {**RULES, **NATIVE}  # every rule by name
 
 
 def rule_defaults(rule: str) -> tuple[float, ...]:
     """Every default threshold of a rule, the first being its `default`."""
-    return RULES[rule].defaults
+    return KNOWN[rule].defaults
 
 
 def make(name: str, threshold: float = 0.0, first: int = 1, every: int = 1,
-         probe: tuple[torch.Tensor, float] | None = None) -> Policy:
-    """The policy `name` (one of RULES) at a threshold."""
+         probe: tuple[torch.Tensor, float] | None = None,
+         score: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Policy:
+    """The policy `name` (one of RULES, or NATIVE given the model's exit score) at a
+    threshold."""
     if name == "probe":
         if probe is None:
             raise ValueError("the probe policy needs its trained weights")
         return Probe(probe[0], probe[1], threshold, first, every)
+    if name in NATIVE:
+        if score is None:
+            raise ValueError(f"the {name} rule reads the model's own exit score, and this "
+                             "model has none (its exit_score is None)")
+        return NATIVE[name](score, threshold, first, every)
     return RULES[name](threshold, first, every)

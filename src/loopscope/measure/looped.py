@@ -1,14 +1,31 @@
 """The looped-model interface: everything the measuring code needs from a model.
 
 A looped LM turns token ids into the loop's input e (`inputs`), starts from a state H_0
-(`initial_state`), and runs one shared core per loop: loop k starts from
-`carry(H_{k-1})` and returns H_k (`step`, which re-injects e and takes one attention
+(`initial_state`, drawn from a generator where the model's H_0 is random), and runs one
+shared core per loop: loop k starts from `carry(H_{k-1})` and returns H_k (`step`, which
+re-injects e, takes the loop index k and the tokens' positions, and one attention
 override per core block, `kv_blocks` of them, for per-token exits). Any loop's state
 decodes to next-token logits (`read`: the coda and the readout; `last` marks the final
 loop, whose readout may differ). The extract, paper A's depth sweep and clamp, paper B's
 trajectories and the masked forward of the exit rules use these and nothing else, so a
 model of another family, wrapped to this interface, gets every one of those diagnostics
-(docs/architecture.md shows a wrapper; tests/test_interface.py runs one).
+(docs/architecture.md shows a wrapper; tests/test_interface.py runs one with
+grouped-query heads, a random H_0, a loop-dependent core and a native exit score;
+loopscope.weights.huginn implements it for Huginn's released layout).
+
+The attention override (KV) contract. A model that takes `kvs` calls, in core block i,
+kvs[i](q, k, v) -> y in place of its own attention, with
+- q (B, Hq, T, dh), k and v (B, Hkv, T, dh): the queries, keys and values of the T
+  tokens of this call, in the model's dtype, *after* everything the model applies to
+  them before attending (biases, norms, the rotary embedding at the call's positions);
+- grouped-query heads: Hq a multiple of Hkv, query head j reading key/value head
+  j // (Hq / Hkv) (Hq == Hkv: one key head per query head);
+- y (B, Hq, T, dh) in the same layout, which the model projects as its own attention's
+  output; the override applies the causal mask itself (token t attends to the keys of
+  tokens at positions <= t) and the scale 1 / sqrt(dh), as scaled_dot_product_attention
+  with is_causal=True does.
+loopscope.measure.masked.MaskedKV is the reference: it keeps every token's keys and
+values and freezes an exited token's at its exit loop.
 
 loopscope.weights.model.LoopedLM implements it. The fast exit runtime
 (loopscope.measure.runtime) reaches into LoopedLM's blocks to skip work, and is not
@@ -17,40 +34,62 @@ covered by the interface.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from loopscope.weights.model import KV, Cost, LoopHook
 
 
 @runtime_checkable
 class LoopedModel(Protocol):
-    """What measuring needs from a looped LM: a torch.nn.Module (for eval() and a
-    float64 copy) with these attributes and methods."""
+    """What measuring needs from a looped LM: a torch.nn.Module (for eval()) with these
+    attributes and methods."""
 
-    loops: int  # the depth it was trained at and is read at (K; a backbone's R)
+    loops: int  # R, the depth it is read at (K for paper A's cells; a backbone's R)
     d_model: int  # the state's width
     context: int  # the longest window it takes
     kv_blocks: int  # attention overrides `step` takes: one per core block
     readout_eps: float  # eps of the readout's normalization (the radial floor); 0: none
+    random_state: bool  # whether H_0 is drawn (initial_state reads its generator)
+    # The depth it trained at: m, the training sampler's nominal mean (the depth paper
+    # B's regime is read against), and E[r], the sampler's mean; both R for a fixed depth
+    nominal_mean: float
+    sampler_mean: float
+    # A native exit score, where the model has one (an exit gate): states (..., d) ->
+    # (...) the probability that each token exits at this loop, from its state alone
+    # (loopscope.measure.exits.ExitScore reads it); None: the model has none
+    exit_score: Callable[[Tensor], Tensor] | None
 
-    def inputs(self, idx: Tensor) -> Tensor:
-        """Token ids (B, T) -> the loop's input e (B, T, d), re-injected every loop."""
+    def inputs(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Token ids (B, T) -> the loop's input e (B, T, d), re-injected every loop.
+        positions (T,) or (B, T): the tokens' positions (default 0 .. T - 1)."""
 
     def initial_state(self, e: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """H_0 (B, T, d) for the input e; a noise state draws from generator."""
+        """H_0 (B, T, d) for the input e; a random one (random_state) is drawn from
+        generator (torch's RNG if None), so a seeded generator draws the same H_0 in
+        every stage."""
 
     def carry(self, h: Tensor, first: bool | Tensor = False) -> Tensor:
         """What loop k + 1 starts from, given H_k (first: h is H_0)."""
 
-    def step(self, h: Tensor, e: Tensor, kvs: list[KV] | None = None) -> Tensor:
-        """One loop from carry(H_k): H_{k+1}. kvs: an attention override per core block
-        (q, k, v) -> y, for tokens whose keys and values stay frozen at their exit."""
+    def step(self, h: Tensor, e: Tensor, kvs: list[KV] | None = None, k: int | None = None,
+             positions: Tensor | None = None) -> Tensor:
+        """One loop from carry(H_{k-1}): H_k. kvs: an attention override per core block
+        (the module doc's contract), for tokens whose keys and values stay frozen at
+        their exit. k: the loop's index, 1-based (None: the model must not need it).
+        positions: as for inputs."""
 
-    def read(self, h: Tensor, last: bool) -> Tensor:
+    def read(self, h: Tensor, last: bool, positions: Tensor | None = None) -> Tensor:
         """A loop's state (B, T, d) -> next-token logits (B, T, V)."""
+
+    def reader(self) -> nn.Module:
+        """The modules `read` runs (the coda and the readout), as one module whose
+        forward(h, last) is read(h, last) on the same parameters: what Lemma 1's float64
+        copy copies (loopscope.measure.sweep), so that the copy costs the readout's
+        weights, not the whole model's."""
 
     def cost(self) -> Cost:
         """Forward FLOPs per token of its parts: before the loop, one loop, one readout."""
@@ -65,13 +104,13 @@ def run_loops(model: LoopedModel, idx: Tensor, loops: int, h0: Tensor | None = N
               hook: LoopHook | None = None) -> tuple[Tensor, list[Tensor]]:
     """H_0 and H_1 .. H_loops of token ids idx (B, T), loop by loop through the interface
     (no readout): the same tensors, bit for bit, as LoopedLM's own forward pass.
-    h0: the initial state (a noise state's, drawn per window: loopscope.measure.runs);
+    h0: the initial state (a random one's, drawn per window: loopscope.measure.runs);
     hook: applied to each state before it is stored and carried."""
     e = model.inputs(idx)
     h = model.initial_state(e) if h0 is None else h0.to(e.dtype)
     initial, states = h, []
     for k in range(1, loops + 1):
-        h = model.step(model.carry(h, first=k == 1), e)
+        h = model.step(model.carry(h, first=k == 1), e, k=k)
         if hook is not None:
             h = hook(k, h)
         states.append(h)

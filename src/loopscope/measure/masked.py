@@ -32,7 +32,11 @@ from loopscope.weights.model import token_ce
 
 class MaskedKV:
     """One core block's attention in the masked forward: every token computes its
-    keys and values, but an exited token's stay those of its exit loop."""
+    keys and values, but an exited token's stay those of its exit loop. The override
+    contract of loopscope.measure.looped: q (B, Hq, T, dh), k and v (B, Hkv, T, dh)
+    after the model's rotary embedding, Hq a multiple of Hkv (grouped-query heads: each
+    key head serves Hq / Hkv query heads), every token of the batch in the call, so
+    the causal mask is the plain one (token t sees positions <= t)."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
@@ -40,11 +44,18 @@ class MaskedKV:
         self.active: torch.Tensor | None = None  # (B, T) bool, set before each loop
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if q.shape[2] != k.shape[2] or q.shape[1] % k.shape[1]:
+            raise ValueError(f"the masked forward's attention takes every token's queries, "
+                             f"keys and values, query heads a multiple of key heads: got q "
+                             f"{tuple(q.shape)}, k {tuple(k.shape)}")
         if self.k is None:
             self.k, self.v = k, v
         else:
             keep = self.active[:, None, :, None]
             self.k, self.v = torch.where(keep, k, self.k), torch.where(keep, v, self.v)
+        if q.shape[1] != k.shape[1]:  # grouped-query heads
+            return F.scaled_dot_product_attention(q, self.k, self.v, is_causal=True,
+                                                  enable_gqa=True)
         return F.scaled_dot_product_attention(q, self.k, self.v, is_causal=True)
 
 
@@ -104,7 +115,7 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
         else:
             for kv in kvs:
                 kv.active = active
-            new = model.step(model.carry(h, first=loop == 1), e, kvs)
+            new = model.step(model.carry(h, first=loop == 1), e, kvs, k=loop)
             turned = angle(h, new)
             if not exited and record is not None:
                 record.append(Loop(new, [(kv.k, kv.v) for kv in kvs], turned))

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from loopscope.measure.exits import RULES, make, never_exits, rule_defaults
+from loopscope.measure.exits import KNOWN, NATIVE, make, never_exits, rule_defaults
 from loopscope.measure.intervals import Documents, Sample
 from loopscope.measure.looped import LoopedModel
 from loopscope.measure.masked import (
@@ -37,15 +37,18 @@ def sweep_settings(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: tor
                    every: int, probe: tuple[torch.Tensor, float] | None = None,
                    desc: str = "policies") -> dict[tuple[str, float], PolicyResult]:
     """Every (rule, threshold) of the grids (settings) on one window set, capped at
-    depth `cap`. A setting that cannot exit before the cap has the never-exiting run's
+    depth `cap`; a rule that reads the model's own exit score (exits.NATIVE) only
+    where the model has one. A setting that cannot exit before the cap has the never-exiting run's
     outcome; every other one replays that run's loops up to its first exit (evaluate),
     so the sweep costs a fraction of one masked forward per setting, bit for bit."""
     loops: list[list[Loop]] = []
     never = evaluate(model, x, y, h0, never_exits(first, every), cap, batch_size,
                      record=loops)
     out = {}
-    for rule, threshold in tqdm(settings(grids), desc=desc, unit="setting", mininterval=5):
-        policy = make(rule, threshold, first, every, probe)
+    swept = {rule: grid for rule, grid in grids.items()
+             if rule not in NATIVE or model.exit_score is not None}
+    for rule, threshold in tqdm(settings(swept), desc=desc, unit="setting", mininterval=5):
+        policy = make(rule, threshold, first, every, probe, model.exit_score)
         out[(rule, threshold)] = (
             evaluate(model, x, y, h0, policy, cap, batch_size, replay=loops)
             if policy.can_exit(cap) else never)
@@ -69,7 +72,7 @@ class Outcome:
         count them)."""
         counted = (np.zeros_like(self.loops) if self.checks is None or not checks
                    else self.checks)
-        return token_flops(model, self.loops, counted, RULES[self.rule].needs_logits)
+        return token_flops(model, self.loops, counted, KNOWN[self.rule].needs_logits)
 
     @property
     def mean_ce(self) -> float:
@@ -119,7 +122,7 @@ def outcomes_of(model: LoopedModel, uniform: dict[str, np.ndarray],
         for s, res in per_set.items():
             outcomes[s].setdefault(rule, []).append(Outcome(
                 rule, threshold, res.ce, res.exit_loop,
-                flops_per_token(model, res.exit_loop, res.checks, RULES[rule].needs_logits),
+                flops_per_token(model, res.exit_loop, res.checks, KNOWN[rule].needs_logits),
                 res.checks))
     return outcomes
 

@@ -29,12 +29,14 @@ class Rule:
     """An exit rule's data: defaults (the first is `default`; Huginn's for Huginn's
     rules), grid (ascending, through every default, steps of at most 2x), counts (the
     threshold is a number of checks: its conservative end is >= R, not 0), timed (the
-    exit benchmark times it at its matched threshold)."""
+    exit benchmark times it at its matched threshold), native (it reads the model's own
+    exit score, loopscope.measure.exits.ExitScore: only a model that has one runs it)."""
 
     defaults: tuple[float, ...]
     grid: tuple[float, ...]
     counts: bool = False
     timed: bool = False
+    native: bool = False  # reads the model's own exit score: only where it has one
 
 
 RULES: dict[str, Rule] = {
@@ -59,6 +61,9 @@ RULES: dict[str, Rule] = {
     "argmax-stability": Rule((5.0,), (1.0, 2.0, 3.0, 4.0, 5.0, 8.0), counts=True),
     # A2: P(argmax changes later) < threshold, a probe's own decision boundary
     "probe": Rule((0.5,), doublings(0.5, -9, 0)),
+    # a model's own exit score (an exit gate): prod (1 - p_exit) < threshold; only on a
+    # model that has one (exits.NATIVE), so params.yaml ships no grid for it
+    "exit-score": Rule((0.5,), doublings(0.5, -9, 0), native=True),
 }
 # The rules the exit benchmark times, each at its matched threshold: A1 and the three
 # head-free rules of one hit. A2 (probe) matches depth R only by hardly exiting (paper B: no saving;
@@ -97,7 +102,7 @@ def check_grid(rule: str, grid: list[float]) -> None:
         require(grid[0] == 0, path, grid,
                 "down to 0, the conservative end (nothing is below 0: no token exits, "
                 "uniform depth R), so that a setting matching depth R always exists")
-    if rule == "probe":
+    if rule in ("probe", "exit-score"):
         require(grid[-1] < 1, path, grid, "probabilities below 1")
     positive = [v for v in grid if v > 0]
     for a, b in zip(positive, positive[1:], strict=False):
@@ -114,5 +119,6 @@ def check_grid(rule: str, grid: list[float]) -> None:
 
 
 def default_grids() -> dict[str, list[float]]:
-    """The threshold grids params.yaml ships."""
-    return {name: list(rule.grid) for name, rule in RULES.items()}
+    """The threshold grids params.yaml ships (a native rule's, for a model that has
+    an exit score, is its entry's grid: params.yaml ships none)."""
+    return {name: list(rule.grid) for name, rule in RULES.items() if not rule.native}

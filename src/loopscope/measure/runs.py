@@ -20,6 +20,7 @@ from torch import Tensor
 
 from loopscope.base import paths
 from loopscope.base.errors import CheckpointError, DataError
+from loopscope.measure.looped import LoopedModel
 from loopscope.measure.units import MIN_UNITS, blocks, resampling_units, window_surprisal
 from loopscope.weights import compute
 from loopscope.weights.checkpoint import load_model
@@ -136,14 +137,16 @@ def document_window_sets(tokens: Tensor, eos_id: int, context: int, per_set: int
 
 
 @torch.no_grad()
-def initial_states(model: LoopedLM, starts: np.ndarray, seed: int) -> Tensor | None:
-    """H_0 of each window for a noise state_init, drawn from a generator seeded by the
-    run's seed and the window's start, so every stage and the runtime see the same
-    H_0 for the same window; None for an embedding state_init."""
-    if model.cfg.state_init == "embed":
+def initial_states(model: LoopedModel, starts: np.ndarray, seed: int,
+                   context: int | None = None) -> Tensor | None:
+    """H_0 of each window (of `context` tokens, default the model's) for a model whose
+    H_0 is random (random_state), drawn by the model from a generator seeded by the
+    run's seed and the window's start, so every stage and the runtime see the same H_0
+    for the same window; None where H_0 is the prelude output."""
+    if not model.random_state:
         return None
     weight = next(model.parameters())
-    shape = (1, model.cfg.context, model.cfg.d_model)
+    shape = (1, model.context if context is None else context, model.d_model)
     rows = []
     for start in starts.tolist():
         gen = torch.Generator().manual_seed(seed * 1_000_003 + int(start))

@@ -92,17 +92,25 @@ def _token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return token_ce(logits.flatten(0, 1), targets.flatten())
 
 
-def radial_cosines(model64: LoopedModel, h: torch.Tensor, targets: torch.Tensor, last: bool
-                   ) -> tuple[torch.Tensor, float]:
+def float64_reader(model: LoopedModel) -> torch.nn.Module:
+    """A float64 copy of what the model's read runs (its reader: the coda and the
+    readout), for Lemma 1's radial fraction. Only this part is copied: a copy of the
+    whole model would cost 8 bytes per weight of the prelude and core too (about 28 GB
+    for a 3.5B model); the memory check counts this one (preflight.memory)."""
+    return copy.deepcopy(model.reader()).double()
+
+
+def radial_cosines(reader64: torch.nn.Module, h: torch.Tensor, targets: torch.Tensor,
+                   last: bool) -> tuple[torch.Tensor, float]:
     """Lemma 1 on states h (B, T, d): per token |cos| between the gradient of its CE
     through the readout and H itself, and the batch value |<G, H>| / (||G|| ||H||) over
-    all tokens together. model64: a float64 copy, so that a normalized readout's ~0 is
-    not float32 round-off; each token's logits depend on its own state only, so row t
-    of the gradient is the gradient of token t's CE."""
-    weight = next(model64.parameters())
+    all tokens together. reader64: a float64 copy of the readout (float64_reader), so
+    that a normalized readout's ~0 is not float32 round-off; each token's logits depend
+    on its own state only, so row t of the gradient is the gradient of token t's CE."""
+    weight = next(reader64.parameters())
     h = h.detach().to(weight.device, torch.float64).requires_grad_(True)
     with torch.enable_grad(), torch.autocast(weight.device.type, enabled=False):
-        loss = F.cross_entropy(model64.read(h, last=last).flatten(0, 1),
+        loss = F.cross_entropy(reader64(h, last=last).flatten(0, 1),
                                targets.to(weight.device).flatten(), reduction="sum")
         (grad,) = torch.autograd.grad(loss, h)
     dot = (grad * h).sum(-1)
@@ -121,7 +129,7 @@ def measure(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, docs: np.ndarr
     k_train, d = model.loops, model.d_model
     depth = max(sweep_depth, k_train)
     eps = model.readout_eps
-    model64 = copy.deepcopy(model).double()
+    reader64 = float64_reader(model)
     tok: dict[str, list[np.ndarray]] = {}
     swp: dict[str, list[np.ndarray]] = {}
     batch_fracs: list[list[float]] = [[] for _ in range(k_train)]
@@ -146,7 +154,7 @@ def measure(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, docs: np.ndarr
             if k > k_train:
                 continue
             norm = h.norm(dim=-1)
-            cos, batch = radial_cosines(model64, hs[k - 1], yb, last=k == k_train)
+            cos, batch = radial_cosines(reader64, hs[k - 1], yb, last=k == k_train)
             batch_fracs[k - 1].append(batch)
             put(tok, f"norm_{k}", norm)
             put(tok, f"ce_{k}", ce)

@@ -70,7 +70,7 @@ def _record(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tens
         prev = cur = None  # log-probabilities of the previous and current loop (N, V)
         older = None  # the state two loops before the new one
         for k in range(depth):
-            new = model.step(model.carry(h, first=k == 0), e)  # from H_k (loop 1: H_0)
+            new = model.step(model.carry(h, first=k == 0), e, k=k + 1)  # from H_k (loop 1: H_0)
             values: dict[str, torch.Tensor] = {}
             if logits_needed:
                 logits = model.read(new, last=True).flatten(0, 1)

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.base import paths
-from loopscope.measure.exits import RULES
+from loopscope.measure.exits import KNOWN
 from loopscope.measure.policies import settings
 from loopscope.measure.rules import TIMED
 from loopscope.params import Params, load_params
@@ -147,7 +147,7 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     }
     if name in params.policies.cells:
         grid = sum(c.prelude + k * c.loop + c.readout
-                   + (k - 1) * c.readout * RULES[rule].needs_logits
+                   + (k - 1) * c.readout * KNOWN[rule].needs_logits
                    for rule, _ in settings(params.policies.grids))
         out["policies"] = runs * cv.windows * t * (full + 2 * (full + grid))
     bench = params.bench.cell or params.policies.cells[0]

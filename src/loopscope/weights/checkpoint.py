@@ -24,6 +24,7 @@ import torch
 from loopscope.base.errors import CheckpointError
 from loopscope.base.files import atomic_write_bytes, temp_path
 from loopscope.weights.config import CellConfig
+from loopscope.weights.depth import means
 from loopscope.weights.model import LoopedLM
 
 RESUME_FORMAT = "loopscope-resume-2"  # 2: torch_rng holds every process's RNG states
@@ -88,7 +89,8 @@ def save_model(path: Path, model: LoopedLM, cell: CellConfig, extra: dict[str, A
 
 
 def load_model(path: Path) -> tuple[LoopedLM, CellConfig]:
-    """Rebuild a trained model (in eval mode, on the CPU) from a file of save_model."""
+    """Rebuild a trained model (in eval mode, on the CPU) from a file of save_model,
+    with the depth it trained at (nominal_mean, sampler_mean: depth.means)."""
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found; run `dvc repro` to train it.")
     rerun = f"rerun its train stage with `dvc repro -f train@{path.parent.name}`"
@@ -102,6 +104,7 @@ def load_model(path: Path) -> tuple[LoopedLM, CellConfig]:
     except Exception as err:  # a valid file that is not one of our checkpoints
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(err).__name__}: {err}); "
                               f"{rerun}.") from None
+    model.nominal_mean, model.sampler_mean = means(cell.train, cell.model.loops)
     model.eval()
     return model, cell
 

@@ -103,3 +103,13 @@ SAMPLERS: dict[str, type[Fixed] | type[LogNormal]] = {"fixed": Fixed, "lognormal
 def sampler(cfg: TrainConfig, loops: int) -> Fixed | LogNormal:
     """The depth sampler train.depth names, for a model of `loops` (mean) loops."""
     return SAMPLERS[cfg.depth](cfg, loops)
+
+
+def means(cfg: TrainConfig, loops: int) -> tuple[float, float]:
+    """(m, E[r]) of the training depth of a model of `loops` (R) loops, exactly: the
+    lognormal sampler's nominal mean m (Huginn's `mean`, the depth its evaluation runs;
+    paper B's "mean 8") and its E[r] = m + 1; R and R for a fixed depth. A trained
+    LoopedLM carries them (its nominal_mean and sampler_mean) for the measuring stages."""
+    s = sampler(cfg, loops)
+    return (float(s.m), float(s.m + 1)) if isinstance(s, LogNormal) else (float(loops),
+                                                                          float(loops))

@@ -237,6 +237,9 @@ class HuginnLM(nn.Module):
         """The eps of ln_f, which normalizes the state first thing in `read`."""
         return self.cfg.norm_eps
 
+    random_state = True  # H_0 is Huginn's like-init noise (initial_state)
+    exit_score = None  # Huginn has no exit gate: its exits are the rules' (measure/exits)
+
     @property
     def nominal_mean(self) -> int:
         """m of the training depth sampler (its mean_recurrence); E[r] = m + 1."""
@@ -331,6 +334,27 @@ class HuginnLM(nn.Module):
     def head_weight(self) -> torch.Tensor:
         """The readout's matrix: the embedding when tied, else lm_head's."""
         return self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+
+    def reader(self) -> HuginnReader:
+        """The modules read runs, sharing this model's parameters (HuginnReader)."""
+        return HuginnReader(self)
+
+
+class HuginnReader(nn.Module):
+    """What HuginnLM.read runs (ln_f, the coda, the head: the embedding when tied) with
+    the model's own modules under the same names: its forward is HuginnLM.read, the same
+    code, so a float64 copy (loopscope.measure.sweep) holds the readout alone."""
+
+    def __init__(self, model: HuginnLM) -> None:
+        super().__init__()
+        self.cfg, self.rotary, self.lm_head = model.cfg, model.rotary, model.lm_head
+        self.transformer = nn.ModuleDict(dict(wte=model.transformer.wte,
+                                              coda=model.transformer.coda,
+                                              ln_f=model.transformer.ln_f))
+
+    forward = HuginnLM.read
+    _rope = HuginnLM._rope
+    head_weight = HuginnLM.head_weight
 
 
 def load_huginn(directory: str | Path, dtype: torch.dtype | str = torch.float32,

@@ -30,10 +30,11 @@ from loopscope.weights.config import ModelConfig, Read
 # stored and fed back (through LoopedLM.carry); used by the scale clamp and other
 # interventions.
 LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
-# kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.measure.policies'
+# kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.measure.masked's
 # MaskedKV in the masked forward, loopscope.measure.runtime's GatherKV and LoopKV in the
 # adaptive runtime); the heads' queries, keys and values of the tokens computed in this
-# call, (B, H, T, d_head).
+# call, (B, H, T, d_head). The contract, grouped-query heads and the causal mask
+# included, is loopscope.measure.looped's.
 KV = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 class RMSNorm(nn.Module):
@@ -285,6 +286,10 @@ class LoopedLM(nn.Module):
         self.head.weight = self.embed.weight  # tied embeddings
         # Huginn scales the input embedding by sqrt(d) (its embeddings start small).
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.init == "huginn" else 1.0
+        # The depth it trained at (the interface's nominal_mean and sampler_mean): R for
+        # a fixed depth; loopscope.weights.checkpoint.load_model sets a sampled depth's
+        # from the cell's train options (loopscope.weights.depth.means).
+        self.nominal_mean = self.sampler_mean = float(cfg.loops)
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -342,12 +347,25 @@ class LoopedLM(nn.Module):
         """The eps of the normed readout's RMSNorm: the radial floor it leaves."""
         return self.norm_out.eps
 
+    @property
+    def random_state(self) -> bool:
+        """Whether H_0 is drawn (state_init noise) rather than the prelude output."""
+        return self.cfg.state_init == "noise"
+
+    exit_score = None  # no native exit score: its exits are the rules' alone
+
+    def reader(self) -> Reader:
+        """The modules read runs, sharing this model's parameters (Reader)."""
+        return Reader(self)
+
     def cost(self) -> Cost:
         """Forward FLOPs per token of this model's parts (see cost)."""
         return cost(self.cfg)
 
-    def read(self, h: torch.Tensor, last: bool) -> torch.Tensor:
-        """Decode a loop's state to logits through the coda and the readout."""
+    def read(self, h: torch.Tensor, last: bool, positions: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        """Decode a loop's state to logits through the coda and the readout (positions:
+        unused, the coda's attention is causal over the tokens given)."""
         for block in self.coda:
             h = block(h)
         return self.readout(h, last)
@@ -359,13 +377,16 @@ class LoopedLM(nn.Module):
             z = self.norm_out(z)
         return self.head(z)
 
-    def inputs(self, idx: torch.Tensor) -> torch.Tensor:
+    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """The prelude's output e for token ids (B, T): what loop 1 starts from (embed)
-        and what the core re-injects at every loop."""
+        and what the core re-injects at every loop. positions (T,) or (B, T): the learned
+        position embedding's rows (default 0 .. T - 1)."""
         t = idx.shape[1]
         if t > self.cfg.context:
             raise ValueError(f"sequence length {t} exceeds model.context {self.cfg.context}")
-        e = self.embed(idx) + self.pos(torch.arange(t, device=idx.device))
+        if positions is None:
+            positions = torch.arange(t, device=idx.device)
+        e = self.embed(idx) + self.pos(positions)
         e = self.drop(e * self.embed_scale if self.embed_scale != 1.0 else e)
         for block in self.prelude:
             e = block(e)
@@ -407,12 +428,13 @@ class LoopedLM(nn.Module):
             return normed
         return torch.where(first[..., None], h, normed)
 
-    def step(self, h: torch.Tensor, e: torch.Tensor, kvs: list[KV] | None = None
-             ) -> torch.Tensor:
+    def step(self, h: torch.Tensor, e: torch.Tensor, kvs: list[KV] | None = None,
+             k: int | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
         """One loop: re-inject the prelude output, apply the shared core. h is the
         loop's input, carry(...) of the previous state (see carry); returns the loop's
         state H_k, before any inter-loop norm. kvs: one attention override per core
-        block."""
+        block. k (the loop index) and positions: unused, the core is the same at every
+        loop and its attention is causal over the tokens given."""
         if self.cfg.inject == "add":
             h = h + e
         elif self.cfg.inject == "concat_adapter":
@@ -448,9 +470,24 @@ class LoopedLM(nn.Module):
         states, logits = [], []
         for k in range(1, sched.loops + 1):
             with torch.set_grad_enabled(torch.is_grad_enabled() and k > sched.frozen):
-                h = self.step(self.carry(h, first=k == 1), e)
+                h = self.step(self.carry(h, first=k == 1), e, k=k)
             if hook is not None:
                 h = hook(k, h)
             states.append(h)
             logits.append(self.read(h, last=k == sched.loops) if k in sched.read else None)
         return LoopOutput(states=states, logits=logits, initial=initial)
+
+
+class Reader(nn.Module):
+    """What LoopedLM.read runs (the coda, the readout's norm and the head), holding the
+    model's own modules: its forward is LoopedLM.read, the same code, so a float64 copy
+    of it (loopscope.measure.sweep) computes exactly what a float64 copy of the whole
+    model would, at the cost of the readout's weights alone."""
+
+    def __init__(self, model: LoopedLM) -> None:
+        super().__init__()
+        self.cfg, self.coda, self.norm_out, self.head = (model.cfg, model.coda,
+                                                         model.norm_out, model.head)
+
+    forward = LoopedLM.read
+    readout = LoopedLM.readout
