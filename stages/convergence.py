@@ -18,6 +18,10 @@ prediction, the next-token distribution whose KL between loops paper B reads and
 on, so its "whitespace shallowest, content words deepest" is about the tokens being
 predicted: typing the input would charge "the" with the depth it takes to predict the
 word after it. The token_id column is the input token.
+
+With --outside (stage outside_convergence@<name>): the same for an outside model's run
+(loopscope.measure.runs.outside_runs), its token types read through its own tokenizer
+(prepared_outside/<name>/tokenizer.json) over the same validation text.
 """
 
 import sys
@@ -42,11 +46,12 @@ READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows
          "policies.cross_epsilon")
 
 
-def main(name: str) -> None:
+def main(name: str, outside_model: bool = False) -> None:
     params = load(READS)
     cfg, cross_epsilon = params.convergence, params.policies.cross_epsilon
-    tok = load_tokenizer(paths.PREPARED)
-    runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon)
+    tok = load_tokenizer(paths.outside_prepared(name) if outside_model else paths.PREPARED)
+    runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon,
+                                          outside_model=outside_model)
     for run in runs:
         print(f"convergence {name} seed{run.seed}: {run.describe()}", flush=True)
     metrics = cell_metrics(runs, cfg, cross_epsilon, name)
@@ -55,4 +60,4 @@ def main(name: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--outside" in sys.argv[2:])

@@ -19,6 +19,11 @@ intervals resample the seeds too. metrics/clamp/<cell>.json: per mode, delta_ce 
 (pooled over seeds) and at the last loop its 95% interval from resampling units and
 seeds (diagnose.bootstrap), and each seed's alone; tables/clamp/<cell>.parquet: the change
 at the last loop per token and seed, which the claims resample with the rest.
+
+With --outside (stage outside_diagnose@<name>): the same for an outside model's run
+(loopscope.measure.runs.outside_runs), in its own precision; Lemma 1's float64 copy
+holds its readout alone (loopscope.measure.sweep.float64_reader), which the memory check
+counts.
 """
 
 import sys
@@ -34,7 +39,7 @@ from loopscope.measure.clamp import (
     unclamped_ce,
 )
 from loopscope.measure.params import load
-from loopscope.measure.runs import Run, trained_runs
+from loopscope.measure.runs import Run, runs_of
 from loopscope.measure.save import write_outputs
 from loopscope.measure.sweep import Measured, diagnose_headline, measure, summarize_runs
 from loopscope.measure.units import Units
@@ -44,26 +49,27 @@ READS = ("diagnose.val_sequences", "diagnose.batch_size", "diagnose.sweep_depth"
          "diagnose.bootstrap")
 
 
-def main(name: str) -> None:
+def main(name: str, outside_model: bool = False) -> None:
     params = load(READS).diagnose
     runs: list[Measured] = []
     trained: list[Run] = []
-    for r in trained_runs(name, params.val_sequences):
+    for r in runs_of(name, outside_model, params.val_sequences):
         trained.append(r)
-        memory.check_forward(r.cell, r.compute, params.batch_size, "diagnose.batch_size",
-                             "diagnose", reads=False, n_params=r.model.num_params())
+        memory.check_forward(r.shape, r.compute, params.batch_size, "diagnose.batch_size",
+                             "diagnose", reads=False, float64_readout=True,
+                             act_bytes=r.act_bytes)
         m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.sweep_depth,
                     r.h0)
-        runs.append(m.of_run(r.cell.train.seed, Units(r.docs, r.unit)))
+        runs.append(m.of_run(r.seed, Units(r.docs, r.unit)))
     metrics, pooled = summarize_runs(runs)
     write_outputs("diagnose", name, metrics, {"diagnose": pooled.tokens, "sweep": pooled.sweep})
     print(f"diagnose {name}: {diagnose_headline(metrics)}")
 
     clamped: list[Clamped] = []
     for r in trained:
-        seed, docs = r.cell.train.seed, r.token_docs()
+        seed, docs = r.seed, r.token_docs()
         torch.manual_seed(seed)  # as trained_runs seeds each run before its measurement
-        unclamped = unclamped_ce(pooled.tokens, seed, docs, r.cell.model.loops, name)
+        unclamped = unclamped_ce(pooled.tokens, seed, docs, r.model.loops, name)
         clamped.append(clamp_run(r.model, r.x, r.y, r.h0, params.batch_size, unclamped,
                                  seed, docs))
     clamp = clamp_metrics(clamped, params.bootstrap)
@@ -72,4 +78,4 @@ def main(name: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--outside" in sys.argv[2:])

@@ -1,27 +1,29 @@
 """Stage extract@<cell>: save H_0..H_K of a fixed validation slice for every trained
-run of the cell to extracts/<cell>/seed<N>/ (format: loopscope.measure.extract.Extract)."""
+run of the cell to extracts/<cell>/seed<N>/ (format: loopscope.measure.extract.Extract).
+With --outside (stage outside_extract@<name>): the same for an outside model's run
+(loopscope.measure.runs.outside_runs)."""
 
 import sys
 
 from loopscope.base import paths
 from loopscope.measure.extract import write_extract
 from loopscope.measure.params import load
-from loopscope.measure.runs import trained_runs
+from loopscope.measure.runs import runs_of
 from loopscope.preflight import memory
 
 READS = ("extract.val_sequences", "extract.batch_size")
 
 
-def main(name: str) -> None:
+def main(name: str, outside_model: bool = False) -> None:
     params = load(READS).extract
-    for r in trained_runs(name, params.val_sequences, "extract.val_sequences"):
+    for r in runs_of(name, outside_model, params.val_sequences, "extract.val_sequences"):
         out = paths.extract_dir(name, r.tag)
-        memory.check_forward(r.cell, r.compute, params.batch_size, "extract.batch_size",
-                             "extract", reads=False, n_params=r.model.num_params())
+        memory.check_forward(r.shape, r.compute, params.batch_size, "extract.batch_size",
+                             "extract", reads=False, act_bytes=r.act_bytes)
         ext = write_extract(r.model, r.x, r.y, params.batch_size, out, name, r.h0)
         print(f"extract {name} {r.tag}: {ext.meta['tokens']:,} tokens x "
               f"{ext.meta['loops'] + 1} states -> {out}/")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--outside" in sys.argv[2:])

@@ -10,6 +10,9 @@ with its interval, FLOP ratios to depth R and to the baseline min(R, M), M the s
 matching uniform depth, and the same at the rule's default thresholds) and
 tables/policies/<cell>.parquet (the frontier: every setting on both sets, its defaults
 marked).
+
+With --outside (stage outside_policies@<name>): the same for an outside model's run
+(loopscope.measure.runs.outside_runs), at its depth R.
 """
 
 import sys
@@ -26,12 +29,13 @@ READS = ("convergence.windows", "convergence.bootstrap", "policies.match_nats",
          "policies.grids", "policies.first", "policies.every", "policies.batch_size")
 
 
-def main(name: str) -> None:
+def main(name: str, outside_model: bool = False) -> None:
     params = load(READS)
     cfg = params.policies
     for rule, grid in cfg.grids.items():  # before any compute is spent
         check_grid(rule, grid)
-    sweeps = map_runs(name, sweep_run, cfg, params.convergence.windows, f"policies {name}")
+    sweeps = map_runs(name, sweep_run, cfg, params.convergence.windows, f"policies {name}",
+                      outside_model=outside_model)
     metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap,
                                      name)
     write_outputs("policies", name, metrics, {"policies": pd.DataFrame(rows)})
@@ -39,4 +43,4 @@ def main(name: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--outside" in sys.argv[2:])

@@ -23,10 +23,10 @@ def main() -> None:
     jobs, flops, precision = {}, {}, {}
     for name in params.cells:
         r = next(trained_runs(name, params.diagnose.timing_windows, "diagnose.timing_windows"))
-        jobs[name] = Timed(r.model, r.x, r.cell.model.loops, r.h0, r.trained.autocast)
+        jobs[name] = Timed(r.model, r.x, r.model.loops, r.h0, r.trained.autocast)
         precision[name] = r.trained.precision
         cost = r.model.cost()
-        flops[name] = {f"k{k}": cost.uniform(k) for k in range(1, r.cell.model.loops + 1)}
+        flops[name] = {f"k{k}": cost.uniform(k) for k in range(1, r.model.loops + 1)}
     print(f"throughput: timing {len(jobs)} cells, {params.diagnose.timing_repeats} "
           "interleaved rounds", flush=True)
     speeds = throughput(jobs, params.diagnose.batch_size, params.diagnose.timing_repeats)

@@ -300,7 +300,7 @@ def test_diagnose_headline_reads_the_training_depth():
     metrics, _ = summarize_runs(two_seeds())
     line = diagnose_headline(metrics)
     assert line.startswith(f"ppl at K=3 {metrics['ppl_at_depth']['k3']:.1f}, ")
-    assert "over 5 loops" in line and line.endswith("(2 seed(s), 3 units: document)")
+    assert "over 5 loops" in line and line.endswith("(2 seeds, 3 units: document)")
 
 
 def test_unclamped_ce_is_the_seeds_rows_of_the_diagnose_table():

@@ -29,6 +29,7 @@ from loopscope.measure.rules import RULES, check_grid
 from loopscope.render import params as render
 from loopscope.render.params import ReportConfig
 from loopscope.weights.config import ModelConfig, TrainConfig, choices
+from loopscope.weights.outside_config import OutsideConfig
 from loopscope.weights.params import (
     PARAMS,
     WHOLE,
@@ -36,6 +37,7 @@ from loopscope.weights.params import (
     TokenizerConfig,
     build,
     cells_of,
+    outside_of,
     read_file,
     seeds_of,
     unknown,
@@ -66,6 +68,8 @@ class Params:
     report: ReportConfig
     cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)  # empty: each cell trains with train.seed
+    # released models measured beside the cells (loopscope.weights.outside_config)
+    outside: dict[str, OutsideConfig] = field(default_factory=dict)
 
 
 def parse_params(raw: Any) -> Params:
@@ -81,7 +85,12 @@ def parse_params(raw: Any) -> Params:
     if "vocab_size" in (raw.get("model") or {}):
         raise ParamsError("'model.vocab_size' is set by 'tokenizer.vocab_size'; remove it.")
     built["model"].vocab_size = built["tokenizer"].vocab_size
-    params = Params(**built, cells=cells_of(raw.get("cells")), seeds=seeds_of(raw.get("seeds")))
+    params = Params(**built, cells=cells_of(raw.get("cells")), seeds=seeds_of(raw.get("seeds")),
+                    outside=outside_of(raw.get("outside")))
+    for name in params.outside:
+        if name in params.cells:
+            raise ParamsError(f"'outside.{name}' has the name of a cell; outside models and "
+                              "cells share the output folders, so give it another name.")
     for name in params.cells:
         resolve_cell(params, name)  # validates the overrides now, not at training time
     for rule, grid in params.policies.grids.items():

@@ -7,7 +7,8 @@ stages.
 
     params.yaml                      the parameters
     prepared/                        tokenizer.json, train.bin, val.bin, meta.json
-    configs/<cell>.json              each cell's resolved config
+    prepared_outside/<name>/         an outside model's tokenizer.json, val.bin, meta.json
+    configs/<cell>.json              each cell's (and outside model's) resolved config
     models/<cell>/seed<N>.pt         one trained model per cell and seed
     checkpoints/<cell>/seed<N>/last.pt   resume state while a run trains (not a DVC output)
     dvclive/<cell>/                  training logs
@@ -31,6 +32,8 @@ from pathlib import Path
 
 PARAMS = Path("params.yaml")
 PREPARED = Path("prepared")
+# The validation text in each outside model's own tokens (loopscope.weights.outside_config)
+PREPARED_OUTSIDE = Path("prepared_outside")
 CONFIGS = Path("configs")
 MODELS = Path("models")
 CHECKPOINTS = Path("checkpoints")
@@ -74,6 +77,11 @@ SEED_PREFIX = "seed"
 def seed_tag(seed: int) -> str:
     """The name of one training run of a cell: models/<cell>/<tag>.pt and so on."""
     return f"{SEED_PREFIX}{seed}"
+
+
+def outside_prepared(name: str) -> Path:
+    """prepared_outside/<name>/: the validation split in outside model name's tokens."""
+    return PREPARED_OUTSIDE / name
 
 
 def config_file(cell: str) -> Path:

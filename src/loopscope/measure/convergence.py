@@ -314,7 +314,7 @@ def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon:
     target's word is seen from its start."""
     sets = run.window_sets(cfg.windows, "convergence.windows")
     report, choose = sets["report"], sets["choose"]
-    r = run.cell.model.loops
+    r = run.model.loops
     depth, batch = cfg.depth_factor * r, cfg.batch_size
     traj = trajectory(run.model, report.x, report.y, report.h0, depth, batch)
     choose_ce = uniform_ce(run.model, choose.x, choose.y, choose.h0, depth, batch)
@@ -322,8 +322,8 @@ def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon:
                      batch)
     window = np.concatenate([report.x[:, :1].cpu().numpy(), report.y.cpu().numpy()], 1)
     return RunConvergence(
-        seed=run.cell.train.seed, r=r, sampler_mean=training_mean(run.cell.train, r),
-        nominal_mean=nominal_mean(run.cell.train, r), traj=traj,
+        seed=run.seed, r=r, sampler_mean=float(run.model.sampler_mean),
+        nominal_mean=float(run.model.nominal_mean), traj=traj,
         choose_ce=choose_ce, exits=exits, tokens=report.x.flatten().cpu().numpy(),
         types=window_types(tok, window)[:, 1:].reshape(-1), docs=report.token_docs(),
         unit=report.unit, parents=report.token_parents())

@@ -288,11 +288,11 @@ def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str) -> Sweep:
     fit_probe, because the probe's labels and the uniform depths' CE are read from
     trajectories; windows: convergence.windows, the windows per set."""
     sets = run.window_sets(windows, "convergence.windows")
-    r, batch, p = run.cell.model.loops, cfg.batch_size, sets["probe"]
+    r, batch, p = run.model.loops, cfg.batch_size, sets["probe"]
     probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, r, batch, keep_states=r - 1), r)
     report = sets["report"]
     sweep = Sweep(run.model, r, report.token_docs(), report.unit,
-                  parents=report.token_parents(), seed=run.cell.train.seed)
+                  parents=report.token_parents(), seed=run.seed)
     for s in SWEPT:
         w = sets[s]
         sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, r, batch)

@@ -1,9 +1,11 @@
-"""The trained runs of a cell, ready to measure.
+"""The trained runs of a cell, and the run of an outside model, ready to measure.
 
 A cell trains once per seed; every stage that measures a cell (extract, diagnose,
 clamp, ...) measures each run on the same validation windows, on the device the cell
 trained on, in fp32 whatever precision it trained in (loopscope.weights.compute), and pools the
-runs.
+runs. An outside model (a released checkpoint, loopscope.weights.outside) is one run,
+measured through the same interface on its own tokens of the same validation text, in
+its own precision (bf16 on a GPU).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from loopscope.base import paths
 from loopscope.base.errors import CheckpointError, DataError
 from loopscope.measure.looped import LoopedModel
 from loopscope.measure.units import MIN_UNITS, blocks, resampling_units, window_surprisal
-from loopscope.weights import compute
+from loopscope.preflight import memory
+from loopscope.weights import compute, outside
 from loopscope.weights.checkpoint import load_model
 from loopscope.weights.config import CellConfig, load_cell
 from loopscope.weights.data import (
@@ -34,7 +37,7 @@ from loopscope.weights.data import (
     window_sets,
     windows_at,
 )
-from loopscope.weights.model import LoopedLM
+from loopscope.weights.outside_config import load_outside
 from loopscope.weights.tokenizer import EOS
 
 SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
@@ -63,27 +66,45 @@ class Windows:
 
 @dataclass
 class Run:
-    """One trained run of a cell: its tag (seed<N>), the model in eval mode on the run's
-    device, its config, the validation inputs and targets on that device, and their
-    initial states (None: H_0 is the embedding; see initial_states).
+    """One run to measure: a trained run of a cell, or an outside model (a released
+    checkpoint: loopscope.weights.outside). Its tag (seed<N>), the model in eval mode on
+    its device, the run's seed (a trained run's train.seed; an outside model's, the seed
+    of its random initial states), the validation inputs and targets on that device,
+    every validation token with the end-of-text id between its documents, the model's
+    sizes for the memory checks, and the windows' initial states (None: H_0 is the
+    prelude output; see initial_states).
 
     trained is how the run trained (device and precision): the throughput stage times it
-    so. compute is how every other stage measures it: the same device, in fp32."""
+    so. compute is how every other stage measures it: the same device, in fp32 (an
+    outside model: in the precision it was loaded in, bf16 on a GPU)."""
 
     tag: str
-    model: LoopedLM
-    cell: CellConfig
+    model: LoopedModel
+    seed: int
     x: Tensor
     y: Tensor
     trained: compute.Compute
     val: Tensor  # every validation token, on the CPU
+    eos: int  # the end-of-text id that ends each document of val
+    shape: memory.Shape  # the model's sizes (memory.check_forward)
     h0: Tensor | None = None
     docs: np.ndarray | None = None  # the resampling unit of each of x's windows
     unit: str = "document"  # what a unit is (loopscope.measure.units)
+    cell: CellConfig | None = None  # a trained run's config; None: an outside model
 
     @property
     def compute(self) -> compute.Compute:
         return self.trained.exact()
+
+    @property
+    def context(self) -> int:
+        """The windows' length in tokens."""
+        return self.x.shape[1]
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation: the model's weights' (fp32 4, bf16 2)."""
+        return next(self.model.parameters()).element_size()
 
     token_docs = Windows.token_docs  # the resampling unit of every token of x
 
@@ -91,16 +112,15 @@ class Run:
         """Paper B's three sets of `per_set` windows each (probe training, threshold
         choice, report), from disjoint documents (document_window_sets), the same
         for every cell and seed; what: the param behind per_set, for errors."""
-        eos = load_tokenizer(paths.PREPARED).token_to_id(EOS)
-        starts = document_window_sets(self.val, eos, self.cell.model.context, per_set,
-                                      len(SETS), what)
+        eos, context = self.eos, self.context
+        starts = document_window_sets(self.val, eos, context, per_set, len(SETS), what)
         out = {}
         for name, at in zip(SETS, starts, strict=True):
-            x, y = windows_at(self.val, self.cell.model.context, at)
-            h0 = initial_states(self.model, at, self.cell.train.seed)
+            x, y = windows_at(self.val, context, at)
+            h0 = initial_states(self.model, at, self.seed, context)
             units = resampling_units(document_ids(self.val, eos, at), at,
-                                     window_surprisal(self.val.numpy(), at,
-                                                      self.cell.model.context), MIN_UNITS)
+                                     window_surprisal(self.val.numpy(), at, context),
+                                     MIN_UNITS)
             out[name] = Windows(x.to(self.compute.device), y.to(self.compute.device), at,
                                 units.ids, h0, units.name, units.parents)
         return out
@@ -193,21 +213,71 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
         x, y = windows_at(tokens, context, starts)
         units = resampling_units(document_ids(tokens, eos, starts), starts,
                                  window_surprisal(tokens.numpy(), starts, context))
-        yield Run(path.stem, model, cell, x.to(run_on.device), y.to(run_on.device),
-                  run_on, tokens, initial_states(model, starts, cell.train.seed),
-                  units.ids, units.name)
+        yield Run(path.stem, model, cell.train.seed, x.to(run_on.device),
+                  y.to(run_on.device), run_on, tokens, eos,
+                  memory.cell_shape(cell, model.num_params()),
+                  initial_states(model, starts, cell.train.seed), units.ids, units.name, cell)
+
+
+def outside_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences"
+                 ) -> Iterator[Run]:
+    """The run of outside model `name` (configs/<name>.json: loopscope.weights.outside),
+    as trained_runs gives a cell's: its own tokens of the validation text
+    (prepared_outside/<name>/, the outside_prepare stage's) cut into val_sequences
+    windows of outside.<name>.context tokens (default: the model's context) spread over
+    the whole split, its random initial states drawn from outside.<name>.seed, on its
+    device in its precision (fp32 on the CPU, bf16 on a GPU). One run: tag seed<seed>."""
+    compute.tune_heap("measure")
+    cfg = load_outside(paths.config_file(name))
+    prepared = paths.outside_prepared(name)
+    meta = load_meta(prepared)
+    tokens = torch.from_numpy(load_tokens(prepared, "val"))
+    device = outside.device_of(cfg)
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    model = outside.load(cfg, device)
+    context = cfg.context or model.context
+    if context > model.context:
+        raise DataError(f"'outside.{name}.context' is {context}, longer than the model's "
+                        f"context {model.context}; lower it.")
+    if len(tokens) < context + 1:
+        raise DataError(f"{prepared}/val.bin holds {len(tokens)} tokens, fewer than one "
+                        f"window of {context} + 1; lower outside.{name}.context or use a "
+                        "longer validation split.")
+    (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
+    x, y = windows_at(tokens, context, starts)
+    eos = int(meta["eos_id"])
+    units = resampling_units(document_ids(tokens, eos, starts), starts,
+                             window_surprisal(tokens.numpy(), starts, context))
+    weight_bytes = next(model.parameters()).element_size()
+    shape = memory.outside_shape(cfg, outside.model_config(cfg), weight_bytes)
+    yield Run(paths.seed_tag(cfg.seed), model, cfg.seed, x.to(device), y.to(device),
+              compute.Compute(device, False), tokens, eos, shape,
+              initial_states(model, starts, cfg.seed, context), units.ids, units.name)
+
+
+def runs_of(name: str, outside_model: bool, val_sequences: int = 1,
+            what: str = "diagnose.val_sequences") -> Iterator[Run]:
+    """The runs of a cell (trained_runs) or of an outside model (outside_runs)."""
+    if outside_model:
+        return outside_runs(name, val_sequences, what)
+    return trained_runs(name, val_sequences, what)
 
 
 T = TypeVar("T")
 
 
-def map_runs(name: str, measure: Callable[..., T], *args: Any) -> list[T]:
+def map_runs(name: str, measure: Callable[..., T], *args: Any,
+             outside_model: bool = False) -> list[T]:
     """measure(run, *args) on each trained run of cell `name` (trained_runs at its
     defaults), in seed order: side by side where the cell trained its runs so
     (configs/<cell>.json's train.seed_processes), one spawned process per run on its
     share of the cell's threads, the share each run trained on; else one after another
     here, on every thread. A run's numbers depend on its thread count alone, which the
-    config fixes. measure is a module-level function (the processes import it)."""
+    config fixes. measure is a module-level function (the processes import it).
+    outside_model: name is an outside model, whose one run is measured here."""
+    if outside_model:
+        return [measure(run, *args) for run in outside_runs(name)]
     config = paths.config_file(name)
     cell = load_cell(config) if config.is_file() else None
     files = paths.run_files(name)

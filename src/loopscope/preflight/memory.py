@@ -44,11 +44,16 @@ MEASURED_RANGE.
 
 Forward only (extract, diagnose, clamp: no graph, one batch at a time):
 
-    weights   = params * 4
+    weights   = params * 4 (2 for an outside model in bf16)
     states    = (loops + 2) * tokens * d_model * act_bytes       H_0 .. H_K and the input
     block     = tokens * c * d_model * act_bytes / 2             the block running
     attention = tokens * 5 * n_heads * context * act_bytes / 2   (math attention only)
     logits    = tokens * vocab * (act_bytes + 4), when the stage reads states out
+    float64 readout (diagnose: Lemma 1's copy of what read() runs, not the whole model)
+              = readout_params * 8 + tokens * (3 * vocab * 8 + n_coda * c * d_model * 4
+                + 2 * d_model * 8)
+An outside model (a released checkpoint: loopscope.weights.outside) is sized the same
+way from its config.json (outside_shape), at its own precision (bf16 on a GPU).
 
 The check: on the CPU, the limit is the smaller of the available memory psutil reports
 (MemAvailable of /proc/meminfo on Linux) and the room left in the process's cgroup (v2
@@ -65,6 +70,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import torch
@@ -72,9 +78,10 @@ import torch
 from loopscope.base.errors import ResourceError
 from loopscope.preflight.disk import format_bytes
 from loopscope.weights import compute
-from loopscope.weights.config import READS, CellConfig
+from loopscope.weights.config import READS, CellConfig, TrainConfig
 from loopscope.weights.depth import sampler
 from loopscope.weights.model import ModelConfig, param_count, schedule
+from loopscope.weights.outside_config import OutsideConfig
 
 GIB = 1024**3
 USABLE = 0.9  # of the limit: the rest for the allocator's slack, page cache, other work
@@ -83,6 +90,7 @@ BLOCK_BYTES = 34  # pre-norm block, GELU MLP: bytes per token and unit of d at 1
 SANDWICH_BYTES = 8  # two more RMSNorm inputs
 SWIGLU_BYTES = 16  # the gate's output and the gated product, each 4d
 ADAPTER_BYTES = 4  # the concat adapter's input [h, e], 2d, once per loop kept
+SANDWICH_BLOCK_BYTES = BLOCK_BYTES + SANDWICH_BYTES  # an outside sandwich block, per d
 STABLE_BYTES = 8  # the stable injection's h, e, RMSNorm(e) and B RMSNorm(e), per loop kept
 PROC_CGROUP = Path("/proc/self/cgroup")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -167,20 +175,83 @@ def training(cell: CellConfig, cuda: bool, n_params: int | None = None) -> Train
     return Training(params, p99, kept, readouts, blocks, act, batch, parts)
 
 
+@dataclass(frozen=True)
+class Shape:
+    """A model's sizes as the forward estimate reads them (forward_parts), from its
+    config alone: a trained cell's (cell_shape) or an outside model's (outside_shape)."""
+
+    label: str  # how a refusal names it: "cell 'backbone'", "outside model 'huginn'"
+    params: int
+    readout_params: int  # what read() runs (coda and head): Lemma 1's float64 copy
+    context: int
+    d_model: int
+    heads: int
+    vocab: int
+    loops: int  # R, the depth it is read at
+    block: int  # activation bytes per token of a block, at 16 bits (block_bytes)
+    readout_blocks: int  # the coda's blocks
+    keys: str  # the params (and config.json) keys the estimate grows with
+    weight_bytes: int = 4  # per weight: fp32 master weights, or an outside model's bf16
+
+
+def cell_shape(cell: CellConfig, n_params: int | None = None) -> Shape:
+    """A trained cell's Shape (LoopedLM of its model config; n_params: a count)."""
+    m = cell.model
+    d = m.d_model
+    ffn = (3 if m.ffn == "swiglu" else 2) * 4 * d * d
+    coda = m.n_coda * (4 * d * d + ffn + (4 if m.block == "sandwich" else 2) * d)
+    return Shape(f"cell '{cell.cell}'", num_params(m) if n_params is None else n_params,
+                 coda + d + m.vocab_size * d, m.context, d, m.n_heads, m.vocab_size, m.loops,
+                 block_bytes(m), m.n_coda,
+                 f"model.context ({m.context}), model.d_model ({d}), model.loops ({m.loops}) "
+                 f"and tokenizer.vocab_size ({m.vocab_size})")
+
+
+def outside_shape(cfg: OutsideConfig, model: Any, weight_bytes: int) -> Shape:
+    """An outside model's Shape from its adapter's config (model: d_model, n_heads,
+    intermediate, vocab_size, context, n_coda, mean_recurrence, param_count() and
+    readout_param_count(), as loopscope.weights.huginn_config.HuginnConfig has them):
+    a sandwich block with a gated MLP keeps about SANDWICH_BLOCK_BYTES d + 6 x
+    intermediate bytes per token at 16 bits (its fc output, 2 x intermediate wide, and
+    the gated product)."""
+    context, loops = cfg.context or model.context, cfg.loops or model.mean_recurrence
+    where = f"outside.{cfg.cell}"
+    return Shape(f"outside model '{cfg.cell}'", model.param_count(),
+                 model.readout_param_count(), context, model.d_model, model.n_heads,
+                 model.vocab_size, loops,
+                 SANDWICH_BLOCK_BYTES * model.d_model + 6 * model.intermediate, model.n_coda,
+                 f"{where}.context ({context}), {where}.loops ({loops}) and its config.json's "
+                 f"n_embd ({model.d_model}), intermediate_size ({model.intermediate}) and "
+                 f"vocab_size ({model.vocab_size})", weight_bytes)
+
+
+def forward_parts(s: Shape, batch: int, loops: int, reads: bool, act: int,
+                  float64_readout: bool = False) -> dict[str, int]:
+    """The forward-only estimate (module docstring) of `batch` windows of a Shape to
+    `loops` loops at `act` bytes per activation; float64_readout: with Lemma 1's
+    float64 copy of the readout (diagnose), its weights and one readout's logits,
+    softmax and gradient and its coda's activations, in float64."""
+    tokens = batch * s.context
+    parts = {
+        "weights": s.params * s.weight_bytes,
+        "states": (loops + 2) * tokens * s.d_model * act,
+        "block": tokens * s.block * act // 2,
+        "attention": tokens * 5 * s.heads * s.context * act // 2,
+        "logits": tokens * s.vocab * (act + 4) if reads else 0,
+    }
+    if float64_readout:
+        parts["float64 readout"] = (s.readout_params * 8 + tokens * (
+            3 * s.vocab * 8 + s.readout_blocks * s.block * 4 + 2 * s.d_model * 8))
+    return parts
+
+
 def forward(model: ModelConfig, batch: int, loops: int, reads: bool, bf16: bool,
             n_params: int | None = None) -> dict[str, int]:
-    """The forward-only estimate (module docstring): a batch of `batch` windows run to
-    `loops` loops without a graph, its states read out one at a time if `reads`."""
-    params = num_params(model) if n_params is None else n_params
-    act = 2 if bf16 else 4
-    tokens = batch * model.context
-    return {
-        "weights": params * 4,
-        "states": (loops + 2) * tokens * model.d_model * act,
-        "block": tokens * block_bytes(model) * act // 2,
-        "attention": tokens * attention_bytes(model) * act // 2,
-        "logits": tokens * model.vocab_size * (act + 4) if reads else 0,
-    }
+    """The forward-only estimate (module docstring) of LoopedLM(model): a batch of
+    `batch` windows run to `loops` loops without a graph, its states read out one at
+    a time if `reads`."""
+    cell = CellConfig("", model, TrainConfig())
+    return forward_parts(cell_shape(cell, n_params), batch, loops, reads, 2 if bf16 else 4)
 
 
 # ------------------------------------------------------------------------- the limit
@@ -349,19 +420,21 @@ def check_training(cell: CellConfig, device: torch.device) -> None:
     _check(est.parts, local, limit, f"cell '{cell.cell}': training", keys, LOWER[largest])
 
 
-def check_forward(cell: CellConfig, run_on: compute.Compute, batch_size: int, key: str,
-                  stage: str, reads: bool = True, n_params: int | None = None) -> None:
+def check_forward(what: CellConfig | Shape, run_on: compute.Compute, batch_size: int,
+                  key: str, stage: str, reads: bool = True, n_params: int | None = None,
+                  float64_readout: bool = False, act_bytes: int | None = None) -> None:
     """Refuse a measuring stage whose batches will not fit (ResourceError): `batch_size`
-    windows of the cell's model at its training depth, key the param that sets it,
-    reads whether the stage reads the states out (logits). n_params: the loaded model's
-    count, where the stage has it (num_params' meta-device build costs a second of
-    imports in a process that has not used the meta device)."""
+    windows of a cell's model (or an outside model's Shape) at its depth R, key the
+    param that sets it, reads whether the stage reads the states out (logits),
+    float64_readout whether it holds Lemma 1's float64 copy of the readout (diagnose).
+    n_params: the loaded model's count, where the stage has it (num_params' meta-device
+    build costs a second of imports in a process that has not used the meta device);
+    act_bytes: per activation (default: 2 under a bf16 autocast, else 4)."""
     limit = available(run_on.device)
     if limit is None:
         return
-    m = cell.model
-    parts = forward(m, batch_size, m.loops, reads, run_on.bf16, n_params)
-    keys = (f"{key} ({batch_size}), model.context ({m.context}), model.d_model "
-            f"({m.d_model}), model.loops ({m.loops}) and tokenizer.vocab_size "
-            f"({m.vocab_size})")
-    _check(parts, 1, limit, f"cell '{cell.cell}': {stage} at {key} {batch_size}", keys, key)
+    shape = what if isinstance(what, Shape) else cell_shape(what, n_params)
+    act = act_bytes or (2 if run_on.bf16 else 4)
+    parts = forward_parts(shape, batch_size, shape.loops, reads, act, float64_readout)
+    keys = f"{key} ({batch_size}), {shape.keys}"
+    _check(parts, 1, limit, f"{shape.label}: {stage} at {key} {batch_size}", keys, key)

@@ -212,12 +212,20 @@ class HuginnLM(nn.Module):
         self.rotary = Rotary(cfg.head_dim, cfg.context, cfg.rope_base)
         self.embed_scale = math.sqrt(cfg.d_model)  # Huginn's embeddings start small
         self.tokenizer: Tokenizer | None = None  # set by load_huginn
+        self.read_depth: int | None = None  # R where it is not mean_recurrence (loops)
 
     # The looped-model interface's attributes, and the training depth
     @property
     def loops(self) -> int:
-        """R, the depth it is read at: Huginn's mean_recurrence (its nominal mean)."""
-        return self.cfg.mean_recurrence
+        """R, the depth it is read at: Huginn's mean_recurrence (its nominal mean),
+        unless set (an outside model's `loops`: loopscope.weights.outside.load)."""
+        return self.cfg.mean_recurrence if self.read_depth is None else self.read_depth
+
+    @loops.setter
+    def loops(self, value: int) -> None:
+        if value < 1:
+            raise ValueError(f"the depth it is read at must be >= 1, got {value}")
+        self.read_depth = value
 
     @property
     def d_model(self) -> int:
@@ -341,16 +349,18 @@ class HuginnLM(nn.Module):
 
 
 class HuginnReader(nn.Module):
-    """What HuginnLM.read runs (ln_f, the coda, the head: the embedding when tied) with
-    the model's own modules under the same names: its forward is HuginnLM.read, the same
-    code, so a float64 copy (loopscope.measure.sweep) holds the readout alone."""
+    """What HuginnLM.read runs (ln_f, the coda, the head: the embedding when tied, else
+    lm_head) with the model's own modules under the same names: its forward is
+    HuginnLM.read, the same code, so a float64 copy (loopscope.measure.sweep) holds the
+    readout alone."""
 
     def __init__(self, model: HuginnLM) -> None:
         super().__init__()
         self.cfg, self.rotary, self.lm_head = model.cfg, model.rotary, model.lm_head
-        self.transformer = nn.ModuleDict(dict(wte=model.transformer.wte,
-                                              coda=model.transformer.coda,
-                                              ln_f=model.transformer.ln_f))
+        parts = dict(coda=model.transformer.coda, ln_f=model.transformer.ln_f)
+        if model.lm_head is None:  # tied: the embedding is the head
+            parts["wte"] = model.transformer.wte
+        self.transformer = nn.ModuleDict(parts)
 
     forward = HuginnLM.read
     _rope = HuginnLM._rope

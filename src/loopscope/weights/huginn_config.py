@@ -79,6 +79,18 @@ class HuginnConfig:
         if self.norm_eps <= 0 or self.rope_base <= 0:
             raise ValueError("norm_eps and rope_base must be > 0")
 
+    def param_count(self) -> int:
+        """HuginnLM's parameters, the tied head once, from the config alone (what the
+        memory checks and `plan` size a checkpoint by before reading its weights)."""
+        d = self.d_model
+        return (self.vocab_size * d * (1 if self.tie_embeddings else 2)
+                + (self.n_prelude + self.n_core + self.n_coda) * block_params(self)
+                + 2 * d * d + (d if self.adapter_bias else 0) + d)
+
+    def readout_param_count(self) -> int:
+        """The parameters read() runs: the coda, ln_f and the head."""
+        return self.n_coda * block_params(self) + self.d_model + self.vocab_size * self.d_model
+
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> HuginnConfig:
         """The options a config.json dict sets (Huginn's keys); ValueError naming the key
@@ -134,3 +146,12 @@ class HuginnConfig:
             return cls.from_json(raw)
         except (ValueError, TypeError) as err:
             raise CheckpointError(f"{path}: {err}") from err
+
+
+def block_params(cfg: HuginnConfig) -> int:
+    """The parameters of one sandwich block: Wqkv, the query/key bias, proj, the gated
+    MLP (fc: 2 x intermediate, proj) and four norm gains."""
+    d, dh = cfg.d_model, cfg.head_dim
+    return (d * (cfg.n_heads + 2 * cfg.n_kv_heads) * dh + (2 * cfg.n_heads * dh if cfg.qk_bias
+                                                          else 0)
+            + d * d + 3 * d * cfg.intermediate + 4 * d)

@@ -37,6 +37,7 @@ import yaml
 from loopscope.base.errors import ParamsError
 from loopscope.base.paths import PARAMS
 from loopscope.weights.config import ModelConfig, TokenizerKind, TrainConfig, choices
+from loopscope.weights.outside_config import OutsideConfig
 
 # A file per stage of the keys it read (`LOOPSCOPE_PARAMS_READ=<folder>`): the end-to-end
 # test compares them with dvc.yaml (tests/test_pipeline.py).
@@ -164,7 +165,8 @@ def check_train(t: TrainConfig, require: Callable[[str, bool, str], None]) -> No
 SECTIONS: dict[str, tuple[type, Callable[..., None] | None]] = {
     "data": (DataConfig, None), "tokenizer": (TokenizerConfig, None),
     "model": (ModelConfig, check_model), "train": (TrainConfig, check_train)}
-WHOLE = ("cells", "seeds")  # top-level keys that are no section (cells, the seed list)
+# top-level keys that are no section: the cells, the seed list, the outside models
+WHOLE = ("cells", "seeds", "outside")
 CELL_SECTIONS = ("model", "train")  # the sections a cell may override
 CELL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -299,6 +301,31 @@ def cells_of(raw: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def outside_of(raw: Any) -> dict[str, OutsideConfig]:
+    """The `outside:` mapping (released models measured beside the cells: name ->
+    adapter, checkpoint directory and options), each entry validated with its key path
+    (loopscope.weights.outside_config.OutsideConfig). Left out or empty: none."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"'outside' must map names to outside models, got {raw!r}.")
+    out = {}
+    for name, spec in raw.items():
+        if not isinstance(name, str) or not CELL_NAME.match(name):
+            raise ParamsError(f"outside model name {name!r} must start with a letter and "
+                              "use only letters, digits and '_'.")
+        if not isinstance(spec, dict) or "adapter" not in spec:
+            raise ParamsError(f"'outside.{name}' must be a mapping with an adapter and a path "
+                              f"(e.g. {{adapter: huginn, path: <checkpoint directory>}}), got "
+                              f"{spec!r}.")
+        if "cell" in spec:
+            raise unknown(f"outside.{name}", "cell", [f.name for f in fields(OutsideConfig)
+                                                       if f.name != "cell"])
+        out[name] = build(f"outside.{name}", OutsideConfig, {**spec, "cell": name},
+                          OutsideConfig.check)
+    return out
+
+
 class View:
     """params.yaml as one stage reads it: an attribute per declared section (model and
     train whole, single keys of every other section) and `cells`, `seeds`; anything
@@ -355,6 +382,8 @@ def load(reads: Iterable[str], sections: dict[str, tuple[type, Callable[..., Non
                 found[name] = cells_of(raw.get("cells"))
             elif name == "seeds":
                 found[name] = seeds_of(raw.get("seeds"))
+            elif name == "outside":
+                found[name] = outside_of(raw.get("outside"))
             else:
                 cls, check = sections[name]
                 built = build(name, cls, raw.get(name), check)

@@ -94,22 +94,28 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, kind: TokenizerKind =
     return tok
 
 
-def encode(tok: Tokenizer, texts: Iterable[str], total_bytes: int = 0) -> np.ndarray:
+def encode(tok: Tokenizer, texts: Iterable[str], total_bytes: int = 0,
+           eos: int | None = None) -> np.ndarray:
     """Concatenate the documents' ids, each followed by the end-of-text token.
 
     Documents are encoded in pieces (see `pieces`), BATCH_CHARS characters per
     encode_batch call, into one numpy array per batch: a Python list of every id would
     take ~30 bytes a token. total_bytes (about the input's size) shows a progress bar
-    when it is PROGRESS_BYTES or more.
+    when it is PROGRESS_BYTES or more. eos: the end-of-text id of another tokenizer
+    (an outside model's own: its text is then encoded without the special tokens its
+    post-processor may add, such as a beginning-of-text token per piece); default the
+    trained tokenizer's EOS.
     """
-    eos = tok.token_to_id(EOS)
+    specials = eos is None
+    eos = tok.token_to_id(EOS) if eos is None else eos
     dtype = np.uint16 if tok.get_vocab_size() <= 1 << 16 else np.uint32
     arrays = [np.zeros(0, dtype)]
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, mininterval=2, desc="encode",
                disable=total_bytes < PROGRESS_BYTES)
     for batch, ends in _batches(texts):
         ids: list[int] = []
-        for enc, end in zip(tok.encode_batch(batch), ends, strict=True):
+        for enc, end in zip(tok.encode_batch(batch, add_special_tokens=specials), ends,
+                            strict=True):
             ids.extend(enc.ids)
             if end:
                 ids.append(eos)

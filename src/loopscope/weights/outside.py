@@ -1,0 +1,108 @@
+"""Loading an outside model (loopscope.weights.outside_config): the adapter its config
+names reads the checkpoint directory into a model of the looped-model interface
+(loopscope.measure.looped), on the device and in the precision it is measured in.
+
+An adapter is a layout loopscope implements: its config reader (the checkpoint's
+config.json, without the weights: what `plan` and the memory checks size it by), its
+loader, its tokenizer reader and the end-of-text token its tokenizer separates
+documents with. Huginn's is loopscope.weights.huginn. Precision: fp32 on the CPU, bf16
+on a GPU (`precision: auto`; Huginn was trained and is evaluated in bf16); the norms,
+the rotary embedding and the logits compute in float32 either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+from loopscope.base.errors import CheckpointError, ParamsError
+from loopscope.weights import huginn
+from loopscope.weights.huginn_config import HuginnConfig
+from loopscope.weights.outside_config import OutsideConfig
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A layout loopscope reads: config (directory -> its config, read from
+    config.json alone: sizes, context, default depth), load (directory, dtype, device
+    -> the model in eval mode), tokenizer (directory, config -> its tokenizer) and eos
+    (its end-of-text token)."""
+
+    config: Callable[[Path], Any]
+    load: Callable[..., torch.nn.Module]
+    tokenizer: Callable[[Path, Any], Tokenizer]
+    eos: str
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "huginn": Adapter(HuginnConfig.read, huginn.load_huginn, huginn.read_tokenizer,
+                      "<|end_text|>"),
+}
+
+
+def adapter(cfg: OutsideConfig) -> Adapter:
+    return ADAPTERS[cfg.adapter]
+
+
+def directory(cfg: OutsideConfig) -> Path:
+    """The checkpoint directory; a ParamsError naming the key where it is not one."""
+    path = Path(cfg.path)
+    if not path.is_dir():
+        raise ParamsError(f"'outside.{cfg.cell}.path' is {cfg.path!r}: not a directory. Put "
+                          f"the checkpoint of adapter {cfg.adapter} there (docs/outside-"
+                          "models.md), or fix the path.")
+    return path
+
+
+def model_config(cfg: OutsideConfig) -> Any:
+    """The checkpoint's own config (config.json through its adapter), weights unread."""
+    return adapter(cfg).config(directory(cfg))
+
+
+def tokenizer(cfg: OutsideConfig) -> Tokenizer:
+    """The model's own tokenizer (tokenizer.json of the checkpoint directory)."""
+    return adapter(cfg).tokenizer(directory(cfg), model_config(cfg))
+
+
+def eos_token(cfg: OutsideConfig, tok: Tokenizer) -> tuple[str, int]:
+    """The end-of-text token between documents and its id: `outside.<name>.eos`, else
+    the adapter's; a ParamsError naming the key where the tokenizer lacks it."""
+    name = cfg.eos or adapter(cfg).eos
+    found = tok.token_to_id(name)
+    if found is None:
+        raise ParamsError(f"'outside.{cfg.cell}.eos': the tokenizer of {cfg.path} has no "
+                          f"token {name!r}; set outside.{cfg.cell}.eos to its end-of-text "
+                          "token.")
+    return name, int(found)
+
+
+def dtype_of(cfg: OutsideConfig, device: torch.device) -> torch.dtype:
+    """bf16 on CUDA and fp32 on the CPU under `precision: auto`, else as set."""
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    return torch.bfloat16 if bf16 else torch.float32
+
+
+def device_of(cfg: OutsideConfig) -> torch.device:
+    """cuda where there is one under `device: auto`; a ParamsError for `cuda` without."""
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ParamsError(f"'outside.{cfg.cell}.device' is 'cuda' but torch sees no CUDA "
+                          "device; set it to auto or cpu.")
+    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    return torch.device("cuda" if cuda else "cpu")
+
+
+def load(cfg: OutsideConfig, device: torch.device) -> torch.nn.Module:
+    """The outside model, in eval mode on `device` in its precision (dtype_of), read at
+    depth R = outside.<name>.loops where that is set."""
+    try:
+        model = adapter(cfg).load(directory(cfg), dtype_of(cfg, device), device)
+    except CheckpointError as err:
+        raise CheckpointError(f"outside model '{cfg.cell}': {err}") from None
+    if cfg.loops:
+        model.loops = cfg.loops
+    return model
