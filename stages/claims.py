@@ -5,7 +5,8 @@ schema (tables/claims.schema.json), the papers and what it was computed from (it
 provenance, recorded before judging: loopscope.base.provenance), then paper A's claims
 in each recipe group and paper B's, each row a record with its id, criterion, estimate
 and interval, verdicts and the specification curve over the criteria's free
-parameters; and metrics/claims.json, the verdict counts of each paper's findings and
+parameters, and the outside models' rows apart (extensions, loopscope.judge.outside); and
+metrics/claims.json, the verdict counts of each paper's findings and
 each claim's verdict as a number, so that `dvc exp show` and `dvc metrics diff` compare
 verdicts across experiments claim by claim.
 """
@@ -25,7 +26,7 @@ READS = ("cells", "policies.cells", "diagnose.bootstrap",
          "claims.flat_nats", "claims.regime", "claims.tail_floor", "claims.tail_band",
          "claims.kl_factor", "claims.median_band", "claims.a2_share",
          "claims.noninferiority_nats", "claims.a1_band", "claims.floor_decades",
-         "claims.contrast_decades")
+         "claims.contrast_decades", "outside")
 
 
 def main() -> None:
@@ -33,7 +34,7 @@ def main() -> None:
     provenance = record(STAGE, READS)
     values = {f.name: getattr(params.claims, f.name) for f in fields(ClaimsConfig)}
     found = judge(list(params.cells), list(params.policies.cells), values,
-                  params.diagnose.bootstrap, provenance)
+                  params.diagnose.bootstrap, provenance, tuple(params.outside))
     write_json(paths.CLAIMS, found)
     write_json(paths.CLAIM_COUNTS, metrics(found))
     print("claims: " + "; ".join(

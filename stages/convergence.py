@@ -35,7 +35,7 @@ from loopscope.measure.convergence import (
     measure_run,
 )
 from loopscope.measure.params import load
-from loopscope.measure.runs import map_runs
+from loopscope.measure.runs import batch_for, map_runs, with_batch
 from loopscope.measure.save import write_outputs
 from loopscope.weights.data import load_tokenizer
 
@@ -49,6 +49,8 @@ READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows
 def main(name: str, outside_model: bool = False) -> None:
     params = load(READS)
     cfg, cross_epsilon = params.convergence, params.policies.cross_epsilon
+    if outside_model:
+        cfg = with_batch(cfg, batch_for(name, outside_model, cfg.batch_size))
     tok = load_tokenizer(paths.outside_prepared(name) if outside_model else paths.PREPARED)
     runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon,
                                           outside_model=outside_model)

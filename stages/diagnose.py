@@ -39,7 +39,7 @@ from loopscope.measure.clamp import (
     unclamped_ce,
 )
 from loopscope.measure.params import load
-from loopscope.measure.runs import Run, runs_of
+from loopscope.measure.runs import Run, batch_for, runs_of
 from loopscope.measure.save import write_outputs
 from loopscope.measure.sweep import Measured, diagnose_headline, measure, summarize_runs
 from loopscope.measure.units import Units
@@ -51,15 +51,14 @@ READS = ("diagnose.val_sequences", "diagnose.batch_size", "diagnose.sweep_depth"
 
 def main(name: str, outside_model: bool = False) -> None:
     params = load(READS).diagnose
+    batch = batch_for(name, outside_model, params.batch_size)
     runs: list[Measured] = []
     trained: list[Run] = []
     for r in runs_of(name, outside_model, params.val_sequences):
         trained.append(r)
-        memory.check_forward(r.shape, r.compute, params.batch_size, "diagnose.batch_size",
-                             "diagnose", reads=False, float64_readout=True,
-                             act_bytes=r.act_bytes)
-        m = measure(r.model, r.x, r.y, r.docs, params.batch_size, params.sweep_depth,
-                    r.h0)
+        memory.check_forward(r.shape, r.compute, batch, "diagnose.batch_size", "diagnose",
+                             reads=False, float64_readout=True, act_bytes=r.act_bytes)
+        m = measure(r.model, r.x, r.y, r.docs, batch, params.sweep_depth, r.h0)
         runs.append(m.of_run(r.seed, Units(r.docs, r.unit)))
     metrics, pooled = summarize_runs(runs)
     write_outputs("diagnose", name, metrics, {"diagnose": pooled.tokens, "sweep": pooled.sweep})
@@ -70,8 +69,7 @@ def main(name: str, outside_model: bool = False) -> None:
         seed, docs = r.seed, r.token_docs()
         torch.manual_seed(seed)  # as trained_runs seeds each run before its measurement
         unclamped = unclamped_ce(pooled.tokens, seed, docs, r.model.loops, name)
-        clamped.append(clamp_run(r.model, r.x, r.y, r.h0, params.batch_size, unclamped,
-                                 seed, docs))
+        clamped.append(clamp_run(r.model, r.x, r.y, r.h0, batch, unclamped, seed, docs))
     clamp = clamp_metrics(clamped, params.bootstrap)
     write_outputs("clamp", name, clamp, {"clamp": clamp_table(clamped)})
     print(f"clamp {name}: {clamp_headline(clamp)}")

@@ -8,7 +8,7 @@ import sys
 from loopscope.base import paths
 from loopscope.measure.extract import write_extract
 from loopscope.measure.params import load
-from loopscope.measure.runs import runs_of
+from loopscope.measure.runs import batch_for, runs_of
 from loopscope.preflight import memory
 
 READS = ("extract.val_sequences", "extract.batch_size")
@@ -16,11 +16,12 @@ READS = ("extract.val_sequences", "extract.batch_size")
 
 def main(name: str, outside_model: bool = False) -> None:
     params = load(READS).extract
+    batch = batch_for(name, outside_model, params.batch_size)
     for r in runs_of(name, outside_model, params.val_sequences, "extract.val_sequences"):
         out = paths.extract_dir(name, r.tag)
-        memory.check_forward(r.shape, r.compute, params.batch_size, "extract.batch_size",
-                             "extract", reads=False, act_bytes=r.act_bytes)
-        ext = write_extract(r.model, r.x, r.y, params.batch_size, out, name, r.h0)
+        memory.check_forward(r.shape, r.compute, batch, "extract.batch_size", "extract",
+                             reads=False, act_bytes=r.act_bytes)
+        ext = write_extract(r.model, r.x, r.y, batch, out, name, r.h0)
         print(f"extract {name} {r.tag}: {ext.meta['tokens']:,} tokens x "
               f"{ext.meta['loops'] + 1} states -> {out}/")
 

@@ -22,7 +22,7 @@ import pandas as pd
 from loopscope.measure.params import load
 from loopscope.measure.policies import headline, summarize_sweeps, sweep_run
 from loopscope.measure.rules import check_grid
-from loopscope.measure.runs import map_runs
+from loopscope.measure.runs import batch_for, map_runs, with_batch
 from loopscope.measure.save import write_outputs
 
 READS = ("convergence.windows", "convergence.bootstrap", "policies.match_nats",
@@ -34,6 +34,8 @@ def main(name: str, outside_model: bool = False) -> None:
     cfg = params.policies
     for rule, grid in cfg.grids.items():  # before any compute is spent
         check_grid(rule, grid)
+    if outside_model:
+        cfg = with_batch(cfg, batch_for(name, outside_model, cfg.batch_size))
     sweeps = map_runs(name, sweep_run, cfg, params.convergence.windows, f"policies {name}",
                       outside_model=outside_model)
     metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap,

@@ -35,7 +35,12 @@ FLOORS = ("base", "weights", "preflight", "measure", "judge", "render", "tools")
 # Top-level modules: the runner (base and preflight only, no stage depends on it) and the
 # whole params file (configure and the tools; it gathers every package's sections).
 TOP = {"stage": "preflight", "params": "render"}
-MEASURING = ("extract", "diagnose", "throughput", "convergence", "policies", "bench_exits")
+MEASURING = ("extract", "diagnose", "throughput", "convergence", "policies", "bench_exits",
+             "outside_prepare", "outside_extract", "outside_diagnose", "outside_convergence",
+             "outside_policies")
+# An outside model for the stages over `outside:`, which params.yaml leaves empty: they
+# are checked as one such model would build them
+OUTSIDE_EXAMPLE = {"example": {"adapter": "huginn", "path": "tests/fixtures/huginn_tiny"}}
 # base's modules whose messages the measuring stages must not depend on
 READERS = {"base/outputs.py", "base/timings.py"}
 TRAINING_BASE = {"base/errors.py", "base/files.py"}  # no message, no path, no layout
@@ -56,7 +61,8 @@ def closure(*entries: Path) -> set[str]:
 
 def instances() -> list[tuple[str, dict]]:
     """Every stage of dvc.yaml, foreach stages once per item, with ${key}/${item}
-    filled in (cells come from params.yaml)."""
+    filled in (cells come from params.yaml; the outside stages once, for
+    OUTSIDE_EXAMPLE, where params.yaml names no outside model)."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     out = []
     for name, stage in DVC["stages"].items():
@@ -66,8 +72,12 @@ def instances() -> list[tuple[str, dict]]:
         items = params
         for key in stage["foreach"].strip("${}").split("."):  # ${cells}, ${policies.cells}
             items = items[key]
+        if stage["foreach"] == "${outside}":
+            items = items or OUTSIDE_EXAMPLE
         for item in items:
-            text = yaml.safe_dump(stage["do"]).replace("${key}", item).replace("${item}", item)
+            path = items[item]["path"] if stage["foreach"] == "${outside}" else ""
+            text = (yaml.safe_dump(stage["do"]).replace("${key}", item)
+                    .replace("${item.path}", path).replace("${item}", item))
             out.append((f"{name}@{item}", yaml.safe_load(text)))
     return out
 
@@ -286,7 +296,7 @@ def test_training_reads_no_params_and_configure_validates_the_whole_file():
     cell = next(n for n in BY_NAME if kind(n) == "train")
     assert "params" not in BY_NAME[cell]
     from loopscope.params import SECTIONS
-    assert set(BY_NAME["configure"]["params"]) == {*SECTIONS, "cells", "seeds"}
+    assert set(BY_NAME["configure"]["params"]) == {*SECTIONS, "cells", "seeds", "outside"}
 
 
 def test_the_params_check_fails_on_an_undeclared_key():

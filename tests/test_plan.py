@@ -16,7 +16,7 @@ from loopscope.measure import clamp
 from loopscope.measure.rules import TIMED
 from loopscope.params import load_params
 from loopscope.tools import plan as plan_module
-from loopscope.tools import probe
+from loopscope.tools import plan_outside, probe
 from loopscope.tools.plan import (
     REPORT_SECONDS,
     STAGE_SECONDS,
@@ -408,7 +408,8 @@ def test_measuring_stages_are_dvc_yaml_s():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     counted = {**{s: "${cells}" for s in plan_module.PER_CELL_STAGES},
                **{s: "${policies.cells}" for s in plan_module.POLICY_STAGES},
-               **{s: None for s in plan_module.ONCE_STAGES + plan_module.REPORT_STAGES}}
+               **{s: None for s in plan_module.ONCE_STAGES + plan_module.REPORT_STAGES},
+               **{s: "${outside}" for s in plan_outside.STAGES}}
     training = set(TRAINING)
     assert set(stages) == set(counted) | training
     for name, foreach in counted.items():

@@ -33,6 +33,7 @@ from loopscope.judge.cells import (
 )
 from loopscope.judge.experiments import cells_digest, criteria_digest
 from loopscope.judge.group_a import CellA
+from loopscope.judge.outside import outside_records
 from loopscope.judge.paper_a import init_effect, paper_a_claims
 from loopscope.judge.paper_b import paper_b_claims
 from loopscope.judge.verdicts import FAMILY_RULE, SEED_RULE, Claim
@@ -138,11 +139,13 @@ def scale(configs: dict[str, CellConfig], train: dict[str, dict[str, Any]],
 
 
 def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
-          resamples: int, provenance: dict[str, Any]) -> dict[str, Any]:
+          resamples: int, provenance: dict[str, Any], outside: tuple[str, ...] = ()
+          ) -> dict[str, Any]:
     """Both papers' claims on this run's outputs (tables/claims.json; module doc).
     values: the criteria's (params.yaml's claims section); resamples: diagnose.bootstrap;
     provenance: what the stage recorded before it ran (loopscope.base.provenance.record),
-    to which the cells' training precision is added."""
+    to which the cells' training precision is added. outside: the outside models, whose
+    rows are extensions beside the cells (loopscope.judge.outside), under `outside`."""
     configs = {c: load_cell(paths.config_file(c)) for c in cells}
     groups = {c: cell_group(configs[c]) for c in cells}
     data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"], configs)
@@ -154,6 +157,7 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
                                        main, second, values), "B", configs)
     found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
     meta = read_json(paths.PREPARED / "meta.json", "prepare")
+    released = {"outside": outside_records(list(outside), values, main)} if outside else {}
     return {
         "$schema": SCHEMA, "schema_version": SCHEMA_VERSION, "papers": PAPERS,
         "provenance": {**provenance, "precision": {"training": training_precision(configs),
@@ -176,4 +180,5 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
         "init_effect": init_effect(data, resamples),
         "paper_b_recipe": {c: f"R = {configs[c].model.loops}: {recipe_deviation(configs[c])}"
                            for c in (main, second) if c is not None},
+        **released,
     }

@@ -10,6 +10,7 @@ its own precision (bf16 on a GPU).
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -254,6 +255,22 @@ def outside_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
     yield Run(paths.seed_tag(cfg.seed), model, cfg.seed, x.to(device), y.to(device),
               compute.Compute(device, False), tokens, eos, shape,
               initial_states(model, starts, cfg.seed, context), units.ids, units.name)
+
+
+def batch_for(name: str, outside_model: bool, batch_size: int) -> int:
+    """The windows per batch a stage runs name's model at: its batch_size key's, or an
+    outside model's own (outside.<name>.batch_size) where that is set."""
+    if not outside_model:
+        return batch_size
+    return load_outside(paths.config_file(name)).batch_size or batch_size
+
+
+def with_batch(section: Any, batch_size: int) -> Any:
+    """A copy of a params section (ConvergenceConfig, PoliciesConfig) whose batch_size
+    is batch_size (batch_for), its other keys as they were."""
+    found = copy.copy(section)
+    object.__setattr__(found, "batch_size", batch_size)
+    return found
 
 
 def runs_of(name: str, outside_model: bool, val_sequences: int = 1,

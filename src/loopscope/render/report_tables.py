@@ -389,3 +389,49 @@ def headline_table() -> pd.DataFrame:
     headline.insert(0, "group", [cell_group(load_cell(paths.config_file(c)))
                                  for c in headline.index])
     return headline
+
+
+# --- Outside models (index) -------------------------------------------------------------
+
+
+def outside_intro() -> str:
+    """What the outside models' section shows, or that the run measured none."""
+    found = claims().get("outside", {})
+    if not found:
+        return ("No outside model was measured in this run (params.yaml's `outside:` is "
+                "empty; docs/outside-models.md says how to measure a released one).")
+    return (f"{plural(len(found), 'released model')} measured beside the cells by the same "
+            "stages, through the looped-model interface, on the same validation text in "
+            "its own tokens. Not the papers' model: no verdict reads these rows "
+            "(extensions); each statistic is shown with its 95% interval where its stage "
+            "gives one, beside this run's main paper B backbone.")
+
+
+def outside_names() -> list[str]:
+    """The outside models of tables/claims.json, by name."""
+    return list(claims().get("outside", {}))
+
+
+def outside_heading(name: str) -> str:
+    """One outside model in a line: its adapter, checkpoint, depth and regime."""
+    m = claims()["outside"][name]
+    mean = "" if m["nominal_mean"] is None else f", trained at m = {m['nominal_mean']:g}"
+    return (f"**{name}** ({m['adapter']} layout, {m['path']}; {m['device']} {m['precision']}): "
+            f"read at R = {m['r']}{mean}; {m['regime']['words']}; "
+            f"{m['tokens']:,} tokens, {m['units']} units ({m['unit']}).")
+
+
+def outside_table(name: str) -> pd.DataFrame:
+    """An outside model's rows: statistic, value with its interval, and the same
+    statistic of the main paper B backbone."""
+    def shown(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
+    rows = []
+    for r in claims()["outside"][name]["rows"]:
+        interval = "" if r["lo"] is None else f" [{shown(r['lo'])}, {shown(r['hi'])}]"
+        row = {"statistic": r["statistic"], "unit": r["unit"],
+               name: shown(r["value"]) + interval}
+        row.update({cell: shown(v) for cell, v in r["beside"].items()})
+        rows.append(row)
+    return pd.DataFrame(rows)

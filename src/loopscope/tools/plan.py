@@ -40,6 +40,10 @@ depths, seeds, grids: measuring_flops), at the rate of a forward pass of the mod
 shapes timed on this machine (CUDA: the assumed rate), plus a fixed start-up per stage
 and per report (STAGE_SECONDS, REPORT_SECONDS). An order of magnitude to budget by, not
 a measurement.
+
+Outside models (params.yaml's `outside:`, released checkpoints measured beside the cells)
+are planned from their config.json: size, memory per measuring stage and hours, and a
+refusal where one cannot fit this machine (loopscope.tools.plan_outside).
 """
 
 from __future__ import annotations
@@ -60,13 +64,14 @@ from loopscope.measure.rules import TIMED
 from loopscope.params import Params, load_params
 from loopscope.preflight import memory
 from loopscope.preflight.memory import GIB, num_params
+from loopscope.tools.plan_outside import outside_lines, plan_outside
 from loopscope.tools.probe import Calibration, calibrate, shape_key
 from loopscope.tools.tokens import corpus_tokens
 from loopscope.weights import compute
 from loopscope.weights.config import CellConfig
 from loopscope.weights.data import steps_for_epochs, train_windows
 from loopscope.weights.depth import sampler
-from loopscope.weights.model import cost
+from loopscope.weights.model import Cost, cost
 from loopscope.weights.resolve import resolve_cell
 
 TFLOPS = 50.0  # assumed sustained bf16 TFLOP/s of one current GPU (H100 / 4090 class)
@@ -130,8 +135,27 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
                    P + K (L + R); decoding a few streams adds few FLOPs
     Early exits only make the policies and bench stages cheaper: this is an upper bound.
     """
-    m, runs = cell.model, len(cell.seeds)
+    m, d = cell.model, params.diagnose
     c, t, k = cost(m), m.context, m.loops
+    per_model = model_flops(params, c, t, k, len(cell.seeds), name in params.policies.cells)
+    out = {stage: per_model[stage] for stage in ("extract", "diagnose")}
+    out["throughput"] = t * (d.batch_size * (c.prelude + k * c.loop + c.readout)
+                             + d.timing_repeats * d.timing_windows
+                             * sum(c.prelude + i * c.loop + c.readout for i in range(1, k + 1)))
+    out.update({stage: v for stage, v in per_model.items() if stage not in out})
+    bench = params.bench.cell or params.policies.cells[0]
+    if name == bench:
+        full, jobs = c.prelude + k * (c.loop + c.readout), BENCH_POLICIES + 3
+        out["bench_exits"] = (jobs * (params.bench.repeats + 1) * params.convergence.windows
+                              * t * full)
+    return {stage: float(v) for stage, v in out.items()}
+
+
+def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bool
+                ) -> dict[str, float]:
+    """The forward FLOPs of the per-model measuring stages (measuring_flops' extract,
+    diagnose, convergence and, where `policies`, policies) of `runs` runs of a model of
+    cost c, windows of t tokens and depth k: a cell's, or an outside model's (one run)."""
     full = c.prelude + k * (c.loop + c.readout)  # a uniform pass to K, reading every loop
     d, cv = params.diagnose, params.convergence
     depth = max(d.sweep_depth, k)
@@ -140,20 +164,13 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
         "extract": runs * params.extract.val_sequences * t * (c.prelude + k * c.loop),
         "diagnose": runs * d.val_sequences * t * (c.prelude + depth * (c.loop + c.readout)
                                                   + 4 * k * c.readout + CLAMP_PASSES * full),
-        "throughput": t * (d.batch_size * (c.prelude + k * c.loop + c.readout)
-                           + d.timing_repeats * d.timing_windows
-                           * sum(c.prelude + i * c.loop + c.readout for i in range(1, k + 1))),
         "convergence": runs * 3 * cv.windows * t * (c.prelude + conv * (c.loop + c.readout)),
     }
-    if name in params.policies.cells:
+    if policies:
         grid = sum(c.prelude + k * c.loop + c.readout
                    + (k - 1) * c.readout * KNOWN[rule].needs_logits
                    for rule, _ in settings(params.policies.grids))
         out["policies"] = runs * cv.windows * t * (full + 2 * (full + grid))
-    bench = params.bench.cell or params.policies.cells[0]
-    if name == bench:
-        jobs = BENCH_POLICIES + 3
-        out["bench_exits"] = jobs * (params.bench.repeats + 1) * cv.windows * t * full
     return {stage: float(v) for stage, v in out.items()}
 
 
@@ -262,11 +279,9 @@ def plan(path: str | Path, device: str | None = None,
          probe: Callable[[list[CellConfig], int], Calibration] | None = calibrate
          ) -> dict[str, Any]:
     """The whole plan of a params file: corpus tokens, every cell, a total for training
-    and one for the measuring stages.
-
-    probe: calibrates this machine for the cells that train on its CPU when no tflops
-    is given (None: no probe, so no CPU times).
-    """
+    and one for the measuring stages, and the outside models (plan_outside). probe:
+    calibrates this machine for the cells that train on its CPU when no tflops is given
+    (None: no probe, so no CPU times)."""
     params = load_params(path)  # first: a bad key fails before any work
     corpus = corpus_tokens(params, prepared, path)
     resolved = {name: resolve_cell(params, name) for name in params.cells}
@@ -284,7 +299,6 @@ def plan(path: str | Path, device: str | None = None,
         rate = measuring_rate(cells[name], cell, calibration)
         cells[name]["measure_flops"] = flops
         cells[name]["measure_hours"] = (sum(flops.values()) / rate / 3600 if rate else None)
-    runs = sum(c["runs"] for c in cells.values())
 
     def total(key: str) -> float | None:
         values = [c[key] for c in cells.values()]
@@ -307,7 +321,8 @@ def plan(path: str | Path, device: str | None = None,
         "calibration": (dataclasses.asdict(calibration) | {
             "train_gflops": calibration.train_gflops} if calibration else None),
         "cells": cells,
-        "total": {"cells": len(cells), "runs": runs, "steps": total("steps"),
+        "total": {"cells": len(cells), "runs": sum(c["runs"] for c in cells.values()),
+                  "steps": total("steps"),
                   "tokens_trained": total("tokens_trained"),
                   "train_flops": total("train_flops"),
                   "hours": total("hours"),
@@ -316,6 +331,8 @@ def plan(path: str | Path, device: str | None = None,
                       "stages": stages, "startup_seconds": startup,
                       "hours": (None if None in model_hours
                                 else sum(model_hours) + startup / 3600)},
+        "outside": plan_outside(params, device, tflops,
+                                calibration.roof_gflops if calibration else None),
     }
 
 
@@ -375,6 +392,7 @@ def format_plan(result: dict[str, Any]) -> str:
         out.append(f"all runs together train on {_si(t['tokens_trained'])} tokens "
                    f"(steps x batch x context), {t['train_flops']:.2e} FLOPs")
     out.extend(time_lines(result))
+    out.extend(outside_lines(result.get("outside", {})))
     return "\n".join(out)
 
 

@@ -188,6 +188,18 @@ class SandwichBlock(nn.Module):
         return self.norm_4(self.mlp(self.norm_3(x)) + x)
 
 
+def cost(cfg: HuginnConfig) -> Cost:
+    """Forward FLOPs per token of Huginn's layout at a config: 2 per weight of every
+    matrix a token goes through, plus attention's two products at the mean query
+    position of a full context (2 d (T + 1) per block), as loopscope.weights.model.cost
+    counts them. A function of the config alone, so `plan` needs no weights."""
+    d = cfg.d_model
+    qkv = d * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    block = 2 * (qkv + d * d + 3 * d * cfg.intermediate) + 2 * d * (cfg.context + 1)
+    return Cost(prelude=cfg.n_prelude * block, loop=cfg.n_core * block + 2 * 2 * d * d,
+                readout=cfg.n_coda * block + 2 * d * cfg.vocab_size)
+
+
 class HuginnLM(nn.Module):
     """Huginn's layout with the looped-model interface (loopscope.measure.looped).
 
@@ -268,14 +280,8 @@ class HuginnLM(nn.Module):
         return 1 + int(torch.poisson(lam, generator=generator).item())
 
     def cost(self) -> Cost:
-        """Forward FLOPs per token: 2 per weight of every matrix a token goes through,
-        plus attention's two products at the mean query position of a full context
-        (2 d (T + 1) per block), as loopscope.weights.model.cost counts them."""
-        cfg, d = self.cfg, self.cfg.d_model
-        qkv = d * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
-        block = 2 * (qkv + d * d + 3 * d * cfg.intermediate) + 2 * d * (cfg.context + 1)
-        return Cost(prelude=cfg.n_prelude * block, loop=cfg.n_core * block + 2 * 2 * d * d,
-                    readout=cfg.n_coda * block + 2 * d * cfg.vocab_size)
+        """Forward FLOPs per token of its parts (cost)."""
+        return cost(self.cfg)
 
     # The interface's methods; positions (T,) or (B, T) default to 0 .. T - 1
     def _rope(self, t: int, positions: torch.Tensor | None, device: torch.device

@@ -12,6 +12,7 @@ the rotary embedding and the logits compute in float32 either way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,25 +24,28 @@ from tokenizers import Tokenizer
 from loopscope.base.errors import CheckpointError, ParamsError
 from loopscope.weights import huginn
 from loopscope.weights.huginn_config import HuginnConfig
+from loopscope.weights.model import Cost
 from loopscope.weights.outside_config import OutsideConfig
 
 
 @dataclass(frozen=True)
 class Adapter:
     """A layout loopscope reads: config (directory -> its config, read from
-    config.json alone: sizes, context, default depth), load (directory, dtype, device
-    -> the model in eval mode), tokenizer (directory, config -> its tokenizer) and eos
-    (its end-of-text token)."""
+    config.json alone: sizes, context, default depth; what preflight.memory.outside_shape
+    reads), load (directory, dtype, device -> the model in eval mode), tokenizer
+    (directory, config -> its tokenizer), eos (its end-of-text token) and cost (config
+    -> forward FLOPs per token of its parts, for `plan`)."""
 
     config: Callable[[Path], Any]
     load: Callable[..., torch.nn.Module]
     tokenizer: Callable[[Path, Any], Tokenizer]
     eos: str
+    cost: Callable[[Any], Cost]
 
 
 ADAPTERS: dict[str, Adapter] = {
     "huginn": Adapter(HuginnConfig.read, huginn.load_huginn, huginn.read_tokenizer,
-                      "<|end_text|>"),
+                      "<|end_text|>", huginn.cost),
 }
 
 
@@ -62,6 +66,12 @@ def directory(cfg: OutsideConfig) -> Path:
 def model_config(cfg: OutsideConfig) -> Any:
     """The checkpoint's own config (config.json through its adapter), weights unread."""
     return adapter(cfg).config(directory(cfg))
+
+
+def depth(cfg: OutsideConfig) -> int:
+    """R, the depth it is read at: outside.<name>.loops, else the checkpoint's own (its
+    config's mean_recurrence: Huginn's nominal mean)."""
+    return cfg.loops or int(model_config(cfg).mean_recurrence)
 
 
 def tokenizer(cfg: OutsideConfig) -> Tokenizer:
@@ -106,3 +116,14 @@ def load(cfg: OutsideConfig, device: torch.device) -> torch.nn.Module:
     if cfg.loops:
         model.loops = cfg.loops
     return model
+
+
+def resolve(cfg: OutsideConfig) -> OutsideConfig:
+    """The config as the configure stage writes it: its directory and config.json
+    checked through its adapter (a missing directory or a config.json of another layout
+    fails here, before anything runs), device and precision resolved on this machine
+    (so a GPU machine writes another file, and the outside stages rerun there)."""
+    model_config(cfg)
+    device = device_of(cfg)
+    precision = "bf16" if dtype_of(cfg, device) == torch.bfloat16 else "fp32"
+    return dataclasses.replace(cfg, device=device.type, precision=precision)

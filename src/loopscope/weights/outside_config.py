@@ -41,6 +41,9 @@ class OutsideConfig:
     loops: int = 0  # R, the depth it is read at; 0: the checkpoint's own (Huginn's mean)
     context: int = 0  # the windows' length in its tokens; 0: the model's own context
     eos: str = ""  # the end-of-text token between documents; "": the adapter's own
+    # windows per batch in its measuring stages (0: the stages' own batch_size keys):
+    # a released model's readout is large, and Lemma 1's float64 copy of it is larger
+    batch_size: int = 0
     seed: int = 42  # the seed of its random initial states (its run is seed<seed>)
     threads: int = 2  # torch's CPU threads
     device: OutsideDevice = "auto"  # auto: cuda where there is one
@@ -51,6 +54,7 @@ class OutsideConfig:
         require("path", bool(self.path), "the checkpoint directory (a path)")
         for name in ("loops", "context"):
             require(name, getattr(self, name) >= 0, ">= 0 (0: the checkpoint's own)")
+        require("batch_size", self.batch_size >= 0, ">= 0 (0: the stages' own batch_size)")
         require("seed", self.seed >= 0, ">= 0")
         require("threads", self.threads >= 1, ">= 1")
 
