@@ -11,6 +11,7 @@ here is marked slow: `make test` leaves them out, `make test-slow` runs them.
 import json
 import math
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -294,3 +295,46 @@ def test_bad_params_fail_before_training(tmp_path, key, value, message):
     assert time.perf_counter() - start < 60
     assert not (repo / "models").exists() or not any((repo / "models").rglob("*.pt"))
     assert "Running stage 'train@" not in result.stdout
+
+
+OUTSIDE_STAGES = ("outside_prepare", "outside_extract", "outside_diagnose",
+                  "outside_convergence", "outside_policies")
+
+
+def test_an_outside_model_runs_through_every_measuring_stage(tmp_path):
+    """A checkpoint directory in Huginn's layout (tests/fixtures/huginn_tiny: random
+    weights, Huginn's parameter names and config keys, a tokenizer.json) held as an
+    outside model by the micro params: `dvc repro` trains nothing for it, runs every
+    outside stage on it, and the claims and the index report show its rows; a second
+    `dvc repro` runs nothing."""
+    repo = copy_repo(tmp_path)
+    shutil.copytree(Path(__file__).parent / "fixtures" / "huginn_tiny",
+                    repo / "outside" / "huginn_tiny")
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["outside"] = {"huginn_tiny": {"adapter": "huginn", "path": "outside/huginn_tiny",
+                                         "loops": 4}}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    sh(["git", "add", "-A"], repo)
+    sh(["git", "commit", "-qm", "an outside model"], repo)
+    out = sh(["dvc", "repro"], repo).stdout
+    ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
+    assert {f"{s}@huginn_tiny" for s in OUTSIDE_STAGES} <= ran, out
+    assert "train@huginn_tiny" not in ran and {f"train@{c}" for c in CELLS} <= ran
+    assert (repo / "prepared_outside" / "huginn_tiny" / "val.bin").is_file()
+    assert (repo / "extracts" / "huginn_tiny" / "seed42" / "states.npy").is_file()
+    for kind in ("diagnose", "clamp", "convergence", "policies"):
+        metrics = json.loads((repo / "metrics" / kind / "huginn_tiny.json").read_text())
+        assert metrics, kind
+    for kind in ("diagnose", "sweep", "clamp", "convergence", "policies"):
+        assert (repo / "tables" / kind / "huginn_tiny.parquet").is_file(), kind
+    claims = json.loads((repo / "tables" / "claims.json").read_text())
+    jsonschema.validate(claims, json.loads((repo / "tables" / claims["$schema"]).read_text()))
+    record = claims["outside"]["huginn_tiny"]
+    assert record["kind"] == "extension" and record["r"] == 4 and len(record["rows"]) >= 10
+    assert "huginn_tiny" not in claims["cells"]  # no paper's verdict reads it
+    index = (repo / "reports" / "html" / "index.html").read_text()
+    assert "Released models" in index and "huginn_tiny" in index
+    for report in ("blind_spot", "convergence"):
+        assert (repo / "reports" / "html" / f"{report}.html").is_file()
+    again = sh(["dvc", "repro"], repo).stdout
+    assert not [line for line in again.splitlines() if line.startswith("Running stage")], again
