@@ -27,7 +27,8 @@ kvs[i](q, k, v) -> y in place of its own attention, with
 loopscope.measure.masked.MaskedKV is the reference: it keeps every token's keys and
 values and freezes an exited token's at its exit loop.
 
-loopscope.weights.model.LoopedLM implements it. The fast exit runtime
+loopscope.weights.model.LoopedLM implements it. Its types (KV, LoopHook, Cost) are
+loopscope.weights.looped_types', re-exported here. The fast exit runtime
 (loopscope.measure.runtime) reaches into LoopedLM's blocks to skip work, and is not
 covered by the interface.
 """
@@ -40,7 +41,9 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from loopscope.weights.model import KV, Cost, LoopHook
+from loopscope.weights.looped_types import KV, Cost, LoopHook
+
+__all__ = ["KV", "Cost", "LoopHook", "LoopedModel", "h0_rows", "run_loops"]
 
 
 @runtime_checkable

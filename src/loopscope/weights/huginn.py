@@ -46,7 +46,7 @@ from tokenizers import Tokenizer
 
 from loopscope.base.errors import CheckpointError
 from loopscope.weights.huginn_config import HuginnConfig
-from loopscope.weights.model import KV, Cost
+from loopscope.weights.looped_types import KV, Cost
 
 TOKENIZER = "tokenizer.json"
 INDEX = "model.safetensors.index.json"

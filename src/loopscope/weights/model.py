@@ -17,7 +17,6 @@ scale control: StableInjection) contracts the carried state every loop instead.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,17 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from loopscope.weights.config import ModelConfig, Read
+from loopscope.weights.looped_types import KV, Cost, LoopHook
 
-# hook(k, H_k) -> H_k', called after loop k (1-based) before the state is read out,
-# stored and fed back (through LoopedLM.carry); used by the scale clamp and other
-# interventions.
-LoopHook = Callable[[int, torch.Tensor], torch.Tensor]
-# kv(q, k, v) -> y: attention of one layer with per-token exits (loopscope.measure.masked's
-# MaskedKV in the masked forward, loopscope.measure.runtime's GatherKV and LoopKV in the
-# adaptive runtime); the heads' queries, keys and values of the tokens computed in this
-# call, (B, H, T, d_head). The contract, grouped-query heads and the causal mask
-# included, is loopscope.measure.looped's.
-KV = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 class RMSNorm(nn.Module):
     """x / rms(x) * g: invariant to the scale of x, which is the point of paper A."""
@@ -176,19 +166,6 @@ def schedule(loops: int, read: Read = "all", grad_loops: int = 0) -> LoopSchedul
     frozen = loops - grad_loops if 0 < grad_loops < loops else 0
     wanted = {"all": range(frozen + 1, loops + 1), "last": (loops,), "none": ()}[read]
     return LoopSchedule(loops, frozen, tuple(wanted))
-
-
-@dataclass(frozen=True)
-class Cost:
-    """Forward FLOPs per token of each part of a LoopedLM (see cost)."""
-
-    prelude: float  # embedding to the prelude's output
-    loop: float  # one loop: re-injection and the shared core
-    readout: float  # coda and LM head: one readout
-
-    def uniform(self, loops: int) -> float:
-        """A forward pass at uniform depth `loops`, read out once."""
-        return self.prelude + self.loop * loops + self.readout
 
 
 def cost(cfg: ModelConfig) -> Cost:

@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 from loopscope.base.errors import CheckpointError, ParamsError
 from loopscope.weights import huginn
 from loopscope.weights.huginn_config import HuginnConfig
-from loopscope.weights.model import Cost
+from loopscope.weights.looped_types import Cost
 from loopscope.weights.outside_config import OutsideConfig
 
 
