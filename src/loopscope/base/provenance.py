@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from loopscope.base.errors import DataError
-from loopscope.base.machine import cpu_model
+from loopscope.base.machine import cpu_identity, cpu_model
 
 DVC_YAML = Path("dvc.yaml")
 PACKAGES = ("torch", "numpy", "pandas", "dvc")  # what a result's numbers depend on
@@ -118,7 +118,7 @@ def record(stage: str, keys: tuple[str, ...] | list[str]) -> dict[str, Any]:
             "inputs": {d: dvc_digest(Path(d)) for d in stage_deps(stage)},
             "params": {"keys": list(keys), "sha256": params_digest(read_params(keys))},
             "date": datetime.date.today().isoformat(), "packages": packages(),
-            "cpu": cpu_model()}
+            "cpu": cpu_model(), "cpu_identity": cpu_identity()}
 
 
 def lock_digests(entry: dict[str, Any]) -> tuple[dict[str, str], str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from loopscope.base.machine import cpu_model
+from loopscope.base.machine import cpu_identity, cpu_model
 from loopscope.base.paths import STAGE_TIMINGS
 
 # Stages that train models; every other stage measures, renders or summarizes them.
@@ -64,10 +64,11 @@ def process_seconds(since: float) -> float:
 
 def record(seconds: float, peak: int) -> dict[str, Any]:
     """One stage's timings file: wall seconds (process start to end), peak memory, the
-    machine (CPU model, logical cores this process may use)."""
+    machine (CPU model and its identity beyond the name, logical cores this process may
+    use)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"seconds": round(seconds, 2), "peak_memory_bytes": int(peak),
-            "cpu": cpu_model(), "cores": cores}
+            "cpu": cpu_model(), "cpu_identity": cpu_identity(), "cores": cores}
 
 
 def is_training(stage: str) -> bool:
