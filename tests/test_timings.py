@@ -16,9 +16,10 @@ def test_run_writes_the_stage_timings_file(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["policies.py", "backbone"])
     stage.execute(lambda: None, stage="policies@backbone")
     got = json.loads((tmp_path / "metrics/stage_timings/policies@backbone.json").read_text())
-    assert set(got) == {"seconds", "peak_memory_bytes", "cpu", "cores"}
+    assert set(got) == {"seconds", "peak_memory_bytes", "cpu", "cpu_identity", "cores"}
     assert got["seconds"] > 0 and got["peak_memory_bytes"] > 2**20
     assert got["cpu"] == timings.cpu_model() and got["cores"] >= 1
+    assert got["cpu_identity"] == timings.cpu_identity()
 
 
 def test_a_failed_stage_writes_no_timings(tmp_path, monkeypatch):
