@@ -44,9 +44,11 @@ from loopscope.weights.train import check_collapse, train_cell
 # perloop_raw, 32 wide with a raw readout, collapses within 200 steps and is stopped).
 CELL = "perloop_normed"
 SEED = 42  # the default seed
-# The sandwich backbone's known collapse: at this lr it maps every token onto one state
-# within 5 steps while the loss stays finite (as the default backbone once did at 3e-3).
-COLLAPSING = dict(model=BACKBONE, steps=120, lr=0.3, log_every=5)
+# The sandwich backbone's known collapse (Huginn's init and noise state, as the default
+# backbone's): at this lr it maps every token onto one state within 5 steps while the
+# loss stays finite (as the default backbone once did at 3e-3).
+COLLAPSING = dict(model=dataclasses.replace(BACKBONE, init="huginn"), steps=120, lr=0.3,
+                  log_every=5)
 
 
 class Killed(Exception):
