@@ -10,7 +10,7 @@ import pytest
 from loopscope.judge.criteria import declared
 from loopscope.judge.paper_b import paper_b_claims
 from loopscope.judge.params import ClaimsConfig
-from loopscope.judge.settling import attach, mark_kinds
+from loopscope.judge.settling import attach, mark_settling
 from loopscope.measure.settling import WINDOWS
 
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
@@ -228,13 +228,16 @@ def test_the_fixed_point_row_says_when_the_backbones_differ_in_kind():
     facts and in words; two backbones that both settle do not differ."""
     c = {"main": conv(floor=0.95), "second": conv(r=4)}
     rows = paper_b_claims(c, {"main": pol()}, "main", "second", VALUES)
-    mark_kinds(rows, c, ["main", "second"], VALUES)
+    mark_settling(rows, c, ["main", "second"], VALUES)
     row = next(r for r in rows if r.key == "state_decay")
     assert row.facts["settling_kinds"] == {"main": "on a floor", "second": "settles"}
     assert row.facts["differ_in_kind"] and "the backbones differ in kind" in row.value
+    main = row.facts["settling_shares"]["main"]
+    assert [r["type"] for r in main] == ["all", "content word"]
+    assert main[0]["settling"]["value"] == pytest.approx(0.95)
     c = {"main": conv(), "second": conv(r=4)}
     rows = paper_b_claims(c, {"main": pol()}, "main", "second", VALUES)
-    mark_kinds(rows, c, ["main", "second"], VALUES)
+    mark_settling(rows, c, ["main", "second"], VALUES)
     row = next(r for r in rows if r.key == "state_decay")
     assert not row.facts["differ_in_kind"] and "differ" not in row.value
 

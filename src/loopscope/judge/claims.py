@@ -163,7 +163,7 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
     conv = paper_b_metrics(cells, [c for c in (main, second) if c is not None], resamples)
     pol = {c: read_metrics("policies", c) for c in policy_cells}
     rows_b = paper_b_claims(conv, pol, main, second, values)
-    settling.mark_kinds(rows_b, conv, [c for c in (main, second) if c is not None], values)
+    settling.mark_settling(rows_b, conv, [c for c in (main, second) if c is not None], values)
     judged_b = _records(rows_b, "B", configs)
     found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
     meta = read_json(paths.PREPARED / "meta.json", "prepare")

@@ -32,6 +32,7 @@ from loopscope.judge.criteria import Criteria
 from loopscope.judge.verdicts import Claim, Comparison, at_least, below
 from loopscope.measure.intervals import Documents, Interval, Sample
 from loopscope.measure.settling import floor_bound
+from loopscope.measure.token_types import TOKEN_TYPES
 
 LABELS = ("settling", "cycling", "drifting")
 # The key under which the claims stage hands a backbone's per-token table (Tokens) to its
@@ -174,23 +175,26 @@ def kind(b: Backbone) -> str | None:
             "on a floor" if verdict == "contradicted" else "undecided")
 
 
-def mark_kinds(rows: list[Claim], conv: dict[str, dict[str, Any]], backbones: list[str],
-               values: dict[str, float]) -> None:
-    """The fixed-point row (key state_decay) told what each backbone's late state does
-    at the criteria's values (facts: `settling_kinds`, `differ_in_kind`), and in its
-    value where the backbones differ in kind: one settles while the other sits on a
-    floor."""
-    kinds = {c: kind(Backbone(c, conv[c], None, Criteria(values))) for c in backbones}
-    found = {k: v for k, v in kinds.items() if v is not None}
-    differ = {"settles", "on a floor"} <= set(found.values())
+def mark_settling(rows: list[Claim], conv: dict[str, dict[str, Any]], backbones: list[str],
+                  values: dict[str, float]) -> None:
+    """The fixed-point row (key state_decay) told, at the criteria's values, what each
+    backbone's late state does (facts: `settling_kinds`, `differ_in_kind`) and the share
+    of each label among its tokens and within each token type (`settling_shares`), and
+    in its value where the backbones differ in kind: one settles while the other sits on
+    a floor."""
+    judged = {c: Backbone(c, conv[c], None, Criteria(values)) for c in backbones}
+    kinds = {c: k for c, b in judged.items() if (k := kind(b)) is not None}
+    differ = {"settles", "on a floor"} <= set(kinds.values())
+    shares = {c: [{**r, **{k: r[k].to_dict() for k in LABELS}}
+                  for r in by_type(b.conv[TOKENS], b.conv, b.p, TOKEN_TYPES)]
+              for c, b in judged.items() if c in kinds}
     for row in rows:
         if row.key != "state_decay":
             continue
-        row.facts["settling_kinds"] = found
-        row.facts["differ_in_kind"] = differ
+        row.facts.update(settling_kinds=kinds, differ_in_kind=differ, settling_shares=shares)
         if differ:
             row.value += "; the backbones differ in kind: " + ", ".join(
-                f"{n} {KINDS[k]}" for n, k in found.items())
+                f"{n} {KINDS[k]}" for n, k in kinds.items())
 
 
 def _pct(iv: Interval) -> str:
