@@ -2,10 +2,14 @@
 metrics (the schema of loopscope.measure.convergence and policies)."""
 
 import dataclasses
+import json
+from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
+from report_data import claims_json
 
 from loopscope.judge.criteria import declared
 from loopscope.judge.paper_b import paper_b_claims
@@ -13,6 +17,7 @@ from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.settling import attach, mark_settling
 from loopscope.measure.settling import WINDOWS
 
+SCHEMA = json.loads((Path(__file__).parents[1] / "tables" / "claims.schema.json").read_text())
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
 
 
@@ -235,6 +240,8 @@ def test_the_fixed_point_row_says_when_the_backbones_differ_in_kind():
     main = row.facts["settling_shares"]["main"]
     assert [r["type"] for r in main] == ["all", "content word"]
     assert main[0]["settling"]["value"] == pytest.approx(0.95)
+    record = {**row.record(), "id": "B.state_decay.main", "paper": "B", "group": "main"}
+    jsonschema.validate(claims_json([], [record]), SCHEMA)  # every field it carries declared
     c = {"main": conv(), "second": conv(r=4)}
     rows = paper_b_claims(c, {"main": pol()}, "main", "second", VALUES)
     mark_settling(rows, c, ["main", "second"], VALUES)
