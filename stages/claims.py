@@ -27,7 +27,7 @@ READS = ("cells", "policies.cells", "diagnose.bootstrap",
          "claims.noninferiority_nats", "claims.a1_band", "claims.floor_decades",
          "claims.contrast_decades", "claims.late_window", "claims.floor_share",
          "claims.settling_share", "claims.alternating_share", "claims.period2_ratio",
-         "claims.period2_tokens")
+         "claims.period2_tokens", "claims.precision_floor")
 
 
 def main() -> None:

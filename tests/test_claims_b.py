@@ -217,7 +217,8 @@ def test_the_fixed_point_row_reads_the_floor_and_the_settling_share(change, verd
     row = verdicts(conv(**change), pol())["state_decay"]
     assert row.direction == verdict, row.value
     assert [t.unit for t in row.tests] == ["log10 ratio", "ratio", "share"]
-    assert {"late_window", "floor_share", "settling_share", "alternating_share"} <= set(
+    assert {"late_window", "floor_share", "settling_share", "alternating_share",
+            "precision_floor"} <= set(
         row.facts["robustness"]["swept"])
 
 

@@ -88,16 +88,32 @@ def table_of(kind: str, docs: int = 8, t: int = 8) -> pd.DataFrame:
                          "type": "content word", **token_columns(traj, R)})
 
 
+EPS = float(np.finfo(np.float32).eps)
+
+
 def labels_of(kind: str) -> np.ndarray:
     w = windows(R, 4 * R)[0]
     return Tokens(table_of(kind), 100).labels(w.label, w.loops, VALUES["floor_share"],
-                                              VALUES["alternating_share"])
+                                              VALUES["alternating_share"],
+                                              VALUES["precision_floor"] * EPS)
 
 
 @pytest.mark.parametrize("kind, label", [("geometric", "settling"),
                                          ("reflection", "cycling"), ("drift", "drifting")])
 def test_each_kind_of_late_state_gets_its_label(kind, label):
     assert set(labels_of(kind)) == {label}
+
+
+def test_a_floor_at_working_precision_is_rounding_not_a_cycle():
+    """A token that has reached its fixed point to float32 precision still jitters by a
+    couple of epsilons a loop, its rounding turning back and forth: a floor with
+    alternating updates, which the precision floor counts as settled."""
+    table = pd.DataFrame({"seed": 0, "doc": [0, 1], "change_last": [2.5e-7, 2e-3],
+                          "floor_1R": [2.1e-7, 1.9e-3], "floor_se_1R": [1e-9, 1e-6],
+                          "backward_1R": [1.0, 1.0]})
+    tokens = Tokens(table, 10)
+    assert list(tokens.labels("1R", 9, 0.1, 0.75)) == ["cycling", "cycling"]
+    assert list(tokens.labels("1R", 9, 0.1, 0.75, 10 * EPS)) == ["settling", "cycling"]
 
 
 def test_the_trajectory_records_which_updates_turn_back():

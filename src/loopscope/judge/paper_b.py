@@ -130,7 +130,8 @@ def state_decay(b: Backbone) -> Claim:
             "the mean change at D (ratio; a fixed point's floor is 0), and at least "
             f"{p.settling_share:.0%} of tokens settling (share; a token settles where the "
             "lower end of its own floor's 95% interval is at most "
-            f"{p.floor_share:g} x its change at D), {b.depth} (intervals)")
+            f"{p.floor_share:g} x its change at D); a floor within {p.precision_floor:g} "
+            f"float32 epsilons is rounding, {b.depth} (intervals)")
     found = settled(b)
     if found is None:
         return not_shown(text, paper, crit, "no late-window floor in this backbone's "

@@ -42,6 +42,7 @@ class ClaimsConfig(Section):
     alternating_share: float = 0.75  # a token alternates: this share of updates point back
     period2_ratio: float = 1.0  # period 2: two-step / one-step change below this
     period2_tokens: float = 0.5  # ... and at least this share of tokens' two-step smaller
+    precision_floor: float = 10.0  # a floor below this many float32 epsilons is rounding
 
     def check(self, require: Callable[[str, bool, str], None]) -> None:
         for name in ("margin_nats", "leading_share", "tail_share", "slope_band",
@@ -52,7 +53,7 @@ class ClaimsConfig(Section):
             require(name, 0 < getattr(self, name) < 1, "in (0, 1)")
         for name in ("tail_factor", "tail_band", "kl_factor"):
             require(name, getattr(self, name) > 1, "> 1 (a factor)")
-        for name in ("late_window", "period2_ratio"):
+        for name in ("late_window", "period2_ratio", "precision_floor"):
             require(name, getattr(self, name) > 0, "> 0")
         for name in ("floor_share", "settling_share", "alternating_share", "period2_tokens"):
             require(name, 0 < getattr(self, name) < 1, "in (0, 1)")

@@ -6,7 +6,9 @@ A token is
     settling  its floor is consistent with none: the lower end of its floor's 95%
               interval at most floor_share x its relative change at D (a fixed point's
               floor is zero; the share allows for a fit that cannot tell a small floor
-              from a slow approach);
+              from a slow approach), or at most precision_floor float32 epsilons (a
+              state at its fixed point to working precision still jitters by a few
+              epsilons a loop, its rounding turning back and forth);
     cycling   its floor is above that, and at least alternating_share of its late
               updates point back against the update before (a period-2 cycle turns
               back at every loop, a monotone approach never, uncorrelated steps half
@@ -20,6 +22,7 @@ them) and, where it holds several seeds, the seeds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,13 +65,15 @@ class Tokens:
         """The tokens of one seed alone (the seed rule judges each seed's own)."""
         return Tokens(self.table[self.table["seed"] == seed], self.resamples, self.key)
 
-    def labels(self, window: str, loops: int, floor_share: float, alternating_share: float
-               ) -> np.ndarray:
-        """Each token's label over the late window `window` ("1R") of `loops` loops."""
+    def labels(self, window: str, loops: int, floor_share: float, alternating_share: float,
+               rounding: float = 0.0) -> np.ndarray:
+        """Each token's label over the late window `window` ("1R") of `loops` loops; a
+        floor at most `rounding` (a relative change) is rounding, not motion."""
         t = self.table
         low = floor_bound(t[f"floor_{window}"].to_numpy(np.float64),
                           t[f"floor_se_{window}"].to_numpy(np.float64), loops)
-        settled = low <= floor_share * t["change_last"].to_numpy(np.float64)
+        settled = low <= np.maximum(floor_share * t["change_last"].to_numpy(np.float64),
+                                    rounding)
         alternating = t[f"backward_{window}"].to_numpy() >= alternating_share
         return np.where(settled, "settling", np.where(alternating, "cycling", "drifting"))
 
@@ -102,6 +107,7 @@ class Settled:
     window: dict[str, Any]
     shares: dict[str, np.ndarray]
     sample: Sample
+    rounding: float  # a relative change at most this is rounding (rounding())
 
     @property
     def loops(self) -> str:
@@ -119,13 +125,37 @@ class Settled:
 
     def floor_test(self, b: Backbone) -> Comparison:
         """The floor of the mean relative change below floor_share of the mean change at
-        D (a fixed point's floor is zero)."""
+        D (a fixed point's floor is zero), or below the rounding floor where that is the
+        larger share of it (a mean change at working precision has nothing left to
+        decay)."""
+        last = b.conv["state_change"].get(f"k{self.window['to']}", 0.0)
+        limit = max(b.p.floor_share, self.rounding / last if last > 0 else math.inf)
         return b.test(f"floor of the mean change / mean change at D ({self.loops})",
-                      self.window["floor_share"], below, b.p.floor_share, unit="ratio")
+                      self.window["floor_share"], below, limit, unit="ratio")
 
     def text(self) -> str:
         """The labels' shares in words."""
-        return ", ".join(f"{k} {_pct(self.interval(k))}" for k in LABELS)
+        return ", ".join(f"{k} {percent(self.interval(k))}" for k in LABELS)
+
+
+def _labels(tokens: Tokens, found: dict[str, Any], p: Criteria) -> tuple[str, np.ndarray]:
+    """The late window judged at criteria p (its label) and each token's label over it,
+    from metrics' `settling` (found). A window not measured is an error naming
+    claims.late_window."""
+    label = f"{p.late_window:g}R"
+    if label not in found["windows"]:
+        raise DataError(f"claims.late_window: {label} is not a late window the convergence "
+                        f"stage measured ({', '.join(found['windows'])}); measure it "
+                        "(loopscope.measure.settling.WINDOWS) or judge at one of those")
+    w = found["windows"][label]
+    return label, tokens.labels(label, w["to"] - w["from"] + 1, p.floor_share,
+                                p.alternating_share, rounding(found, p))
+
+
+def rounding(found: dict[str, Any], p: Criteria) -> float:
+    """The relative change below which a floor is rounding: precision_floor epsilons of
+    the arithmetic the convergence stage measured in (metrics' settling.eps)."""
+    return p.precision_floor * found.get("eps", float(np.finfo(np.float32).eps))
 
 
 def settled(b: Backbone) -> Settled | None:
@@ -135,15 +165,9 @@ def settled(b: Backbone) -> Settled | None:
     found, tokens = b.conv.get("settling"), b.conv.get(TOKENS)
     if found is None or tokens is None:
         return None
-    label = f"{b.p.late_window:g}R"
-    if label not in found["windows"]:
-        raise DataError(f"claims.late_window: {label} is not a late window the convergence "
-                        f"stage measured ({', '.join(found['windows'])}); measure it "
-                        "(loopscope.measure.settling.WINDOWS) or judge at one of those")
-    w = found["windows"][label]
-    labels = tokens.labels(label, w["to"] - w["from"] + 1, b.p.floor_share,
-                           b.p.alternating_share)
-    return Settled(label, w, tokens.shares(labels), tokens.sample)
+    label, labels = _labels(tokens, found, b.p)
+    return Settled(label, found["windows"][label], tokens.shares(labels), tokens.sample,
+                   rounding(found, b.p))
 
 
 def by_type(tokens: Tokens, conv: dict[str, Any], p: Criteria, order: tuple[str, ...]
@@ -151,9 +175,7 @@ def by_type(tokens: Tokens, conv: dict[str, Any], p: Criteria, order: tuple[str,
     """The share of each label among all tokens and within each token type of `order`
     present (rows: type, tokens, then each label's interval), at criteria p and the
     window it judges."""
-    label = f"{p.late_window:g}R"
-    w = conv["settling"]["windows"][label]
-    labels = tokens.labels(label, w["to"] - w["from"] + 1, p.floor_share, p.alternating_share)
+    _, labels = _labels(tokens, conv["settling"], p)
     types = tokens.table["type"].to_numpy()
     rows = []
     for name in ("all", *[t for t in order if (types == t).any()]):
@@ -197,5 +219,6 @@ def mark_settling(rows: list[Claim], conv: dict[str, dict[str, Any]], backbones:
                 f"{n} {KINDS[k]}" for n, k in kinds.items())
 
 
-def _pct(iv: Interval) -> str:
+def percent(iv: Interval) -> str:
+    """A share with its interval: "62.1% [58.0%, 66.3%]"."""
     return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"

@@ -21,9 +21,11 @@ token:
 
 The cell's metrics carry, per window, the same of the document-resampled mean curves
 (the floor of the mean relative change and its share of the mean change at D, the mean
-KL's alternation), each with its 95% interval. Which token is settling, cycling or
-drifting is the claims' to say (loopscope.judge.settling): the thresholds are criteria,
-so changing one reruns no measurement.
+KL's alternation), each with its 95% interval, and the machine epsilon of the float32
+arithmetic the changes were computed in: a state at its fixed point to working
+precision still moves by a few epsilons a loop, a floor the claims do not count. Which
+token is settling, cycling or drifting is the claims' to say (loopscope.judge.settling):
+the thresholds are criteria, so changing one reruns no measurement.
 """
 
 from __future__ import annotations
@@ -211,4 +213,7 @@ def summarize(sample: Sample, traj: Trajectory, r: int) -> dict[str, Any]:
             "backward_share": iv(sample.mean(traj.backward[w.rows].mean(axis=0)))
             .to_dict(),
             "two_step_ratio": iv(two.mean(axis=0) / one.mean(axis=0)).to_dict()}
-    return {"windows": found, "rho_grid": [float(RHO[0]), float(RHO[-1])]}
+    # the machine epsilon of the arithmetic the change was computed in (float32): a state
+    # at its fixed point to working precision still moves by a few of these a loop
+    return {"windows": found, "rho_grid": [float(RHO[0]), float(RHO[-1])],
+            "eps": float(np.finfo(np.float32).eps)}

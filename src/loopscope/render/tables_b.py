@@ -12,18 +12,12 @@ import numpy as np
 import pandas as pd
 
 from loopscope.base import paths
-from loopscope.base.outputs import (
-    loop_order,
-    read_json,
-    read_metrics,
-    read_table,
-    require_output,
-)
+from loopscope.base.outputs import loop_order, read_json, read_metrics, read_table, require_output
 from loopscope.judge.backbone import Backbone, recipe_deviation, worst_step
 from loopscope.judge.cells import cell_group, paper_b_backbones
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.paper_b import sensitivity
-from loopscope.judge.settling import LABELS, Tokens, by_type
+from loopscope.judge.settling import LABELS, Tokens, by_type, percent
 from loopscope.measure.intervals import Interval
 from loopscope.render.report_tables import criteria_values
 from loopscope.weights.config import CellConfig, load_cell
@@ -161,7 +155,7 @@ def settling_table(x: Inputs, resamples: int = 1000) -> pd.DataFrame:
         tokens = Tokens(read_table("convergence", c), resamples, c)
         for row in by_type(tokens, x.conv[c], x.criteria, TYPE_ORDER):
             rows.append({"cell": c, "type": row["type"], "tokens": row["tokens"],
-                         **{k: _share(row[k]) for k in LABELS}})
+                         **{k: percent(row[k]) for k in LABELS}})
     return pd.DataFrame(rows)
 
 
@@ -171,13 +165,10 @@ def settling_line(x: Inputs) -> str:
     return (f"Over the last {p['late_window']:g}R loops of the 4R trajectory, a token is "
             "**settling** where its state change's floor (c of c + a rho^j, fitted per token) "
             f"is consistent with one below {p['floor_share']:g} x its change at D (the lower "
-            "end of its 95% interval); otherwise **cycling** where at least "
+            f"end of its 95% interval), or with rounding ({p['precision_floor']:g} float32 "
+            "epsilons); otherwise **cycling** where at least "
             f"{p['alternating_share']:.0%} of its late updates point back against the one "
             "before, else **drifting**. Shares with 95% intervals (documents resampled).")
-
-
-def _share(iv: Interval) -> str:
-    return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
 
 
 def token_loops(cell: str) -> pd.DataFrame:
