@@ -26,7 +26,9 @@ READS = ("cells", "policies.cells", "diagnose.bootstrap",
          "claims.flat_nats", "claims.regime", "claims.tail_floor", "claims.tail_band",
          "claims.kl_factor", "claims.median_band", "claims.a2_share",
          "claims.noninferiority_nats", "claims.a1_band", "claims.floor_decades",
-         "claims.contrast_decades", "outside")
+         "claims.contrast_decades", "claims.late_window", "claims.floor_share",
+         "claims.settling_share", "claims.alternating_share", "claims.period2_ratio",
+         "claims.period2_tokens", "claims.precision_floor", "outside")
 
 
 def main() -> None:

@@ -2,13 +2,22 @@
 metrics (the schema of loopscope.measure.convergence and policies)."""
 
 import dataclasses
+import json
+from pathlib import Path
 
+import jsonschema
+import numpy as np
+import pandas as pd
 import pytest
+from report_data import claims_json
 
 from loopscope.judge.criteria import declared
 from loopscope.judge.paper_b import paper_b_claims
 from loopscope.judge.params import ClaimsConfig
+from loopscope.judge.settling import attach, mark_settling
+from loopscope.measure.settling import WINDOWS
 
+SCHEMA = json.loads((Path(__file__).parents[1] / "tables" / "claims.schema.json").read_text())
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
 
 
@@ -24,8 +33,10 @@ def narrow(value, half=0.004):
 def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_ratio=-4.0,
          change_ratio=-1.0, median=6.0, share=0.1, ws_minus=None, content_minus=None,
          rare=(), sampler_mean=None, nominal_mean=None, median_half=1.0, sensitivity=None,
-         late_decay=-0.05, two_step=1.5):
-    """Paper-B-like convergence metrics (the schema of convergence.summarize)."""
+         late_decay=-0.05, two_step=1.5, floor=0.02, floor_half=0.01, settling=0.95,
+         cycling=0.03, spread=0.0, period2=None):
+    """Paper-B-like convergence metrics (the schema of convergence.summarize), with the
+    per-token table beside them as the claims stage hands it over (token_table)."""
     d = 4 * r
     useful = r if useful is None else useful
     steps = {f"k{k}": narrow(-0.02) for k in range(1, r)} if steps is None else steps
@@ -33,7 +44,14 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
         if ws_minus is None else ws_minus
     content_minus = {"whitespace": iv(3.0), "punctuation": iv(2.0)} \
         if content_minus is None else content_minus
-    return {
+    period2 = (0.1 if two_step > 1 else 0.8) if period2 is None else period2
+    late = {f"{w:g}R": {"length_r": w, "from": d - int(w * r), "to": d,
+                        "floor": narrow(1e-3 * floor, 1e-3 * floor_half), "rho": 0.8,
+                        "floor_share": narrow(floor, floor_half),
+                        "kl_alternation": narrow(0.0, 0.005),
+                        "backward_share": narrow(0.1, 0.02),
+                        "two_step_ratio": narrow(two_step, 0.05)} for w in WINDOWS}
+    metrics = {
         "r": r, "max_depth": d, "sampler_mean": sampler_mean,
         "nominal_mean": nominal_mean,
         "elasticity": {"gain": iv(gain), "half_depth": r // 2, "half_gain": narrow(half_gain),
@@ -49,7 +67,8 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
                   "late_decay_per_loop": narrow(late_decay, 0.01),
                   "early_decay_per_loop": narrow(-0.1, 0.01),
                   "two_step_ratio": narrow(two_step, 0.05),
-                  "period2_share": narrow(0.1 if two_step > 1 else 0.8, 0.02)},
+                  "period2_share": narrow(period2, 0.02)},
+        "settling": {"windows": late},
         "convergence": {"epsilon": 1e-3,
                         "median_loop": iv(median, median - median_half, median + median_half),
                         "median_loop_shares": {f"k{int(median)}": 1.0},
@@ -69,6 +88,28 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
                                         "useful_depth_iv": iv(u, u - 1, u)}
                                        for t, u in (sensitivity or {0.01: useful}).items()]},
     }
+    return attach(metrics, token_table(settling, cycling, spread), 200, "main")
+
+
+def token_table(settling=0.95, cycling=0.03, spread=0.0, docs=40, per_doc=20):
+    """A per-token table (tables/convergence's late-window columns) whose tokens settle
+    (no floor), cycle (a floor, every update pointing back) and drift (a floor, none
+    pointing back) in the given shares; each document's share of settling tokens lies
+    `spread` above or below the mean by turns."""
+    labels = []
+    for d in range(docs):
+        k = round((settling + (spread if d % 2 else -spread)) * per_doc)
+        c = min(round(cycling * per_doc), per_doc - k)
+        labels += ["settling"] * k + ["cycling"] * c + ["drifting"] * (per_doc - k - c)
+    labels = np.array(labels)
+    floor = np.where(labels == "settling", 0.0, 1e-3)
+    table = {"seed": 0, "doc": np.repeat(np.arange(docs), per_doc), "type": "content word",
+             "change_last": np.full(len(labels), 1e-3)}
+    for w in WINDOWS:
+        table.update({f"floor_{w:g}R": floor, f"floor_se_{w:g}R": np.zeros(len(labels)),
+                      f"backward_{w:g}R": (labels == "cycling").astype(float),
+                      f"kl_alternation_{w:g}R": np.zeros(len(labels))})
+    return pd.DataFrame(table)
 
 
 def policy(loops, delta=0.0, flops_baseline=0.7, matched=True, threshold=1e-3, r=8,
@@ -155,15 +196,74 @@ def test_each_paper_b_claim_can_fail(change, key, verdict):
     assert verdicts(conv(**change), pol())[key].direction == verdict
 
 
-def test_a_period_two_trajectory_is_judged_a_cycle_not_a_fixed_point():
-    """The state change falls from R to 4R, but over the last R loops it no longer
-    decays and the state returns every second loop: a cycle."""
-    found = verdicts(conv(late_decay=0.0, two_step=0.4), pol())
-    assert found["state_decay"].direction == "inconclusive"  # late decay straddles 0
+def test_a_cycle_on_a_floor_is_not_a_fixed_point():
+    """The mean state change falls from R to 4R, but over the late window it levels off
+    at a floor (95% of the change at D) and most tokens turn back at every loop: the
+    fixed-point finding is contradicted, the period-2 row holds."""
+    found = verdicts(conv(floor=0.95, settling=0.2, cycling=0.7, two_step=0.4), pol())
+    assert found["state_decay"].direction == "contradicted"
+    assert "cycling 70.0%" in found["state_decay"].value
     assert found["period_two"].direction == "holds"
-    cycling = verdicts(conv(late_decay=0.05, two_step=0.4), pol())
-    assert cycling["state_decay"].direction == "contradicted"
-    assert "two-step / one-step" in cycling["state_decay"].value
+
+
+@pytest.mark.parametrize("change, verdict", [
+    (dict(), "holds"),
+    (dict(floor=0.95), "contradicted"),  # the mean change levels off at a floor
+    (dict(settling=0.5), "contradicted"),  # half the tokens sit on a floor of their own
+    (dict(floor=0.1, floor_half=0.05), "inconclusive"),  # the floor straddles the tolerance
+    (dict(settling=0.9, spread=0.1), "inconclusive"),  # the settling share straddles 90%
+])
+def test_the_fixed_point_row_reads_the_floor_and_the_settling_share(change, verdict):
+    row = verdicts(conv(**change), pol())["state_decay"]
+    assert row.direction == verdict, row.value
+    assert [t.unit for t in row.tests] == ["log10 ratio", "ratio", "share"]
+    assert {"late_window", "floor_share", "settling_share", "alternating_share",
+            "precision_floor"} <= set(
+        row.facts["robustness"]["swept"])
+
+
+def test_the_fixed_point_row_is_not_shown_without_the_late_window():
+    c = conv()
+    del c["settling"]
+    row = verdicts(c, pol())["state_decay"]
+    assert row.direction == "not shown" and "rerun its convergence stage" in row.value
+
+
+def test_the_fixed_point_row_says_when_the_backbones_differ_in_kind():
+    """The main backbone sits on a floor, the second settles: the row says so, in its
+    facts and in words; two backbones that both settle do not differ."""
+    c = {"main": conv(floor=0.95), "second": conv(r=4)}
+    rows = paper_b_claims(c, {"main": pol()}, "main", "second", VALUES)
+    mark_settling(rows, c, ["main", "second"], VALUES)
+    row = next(r for r in rows if r.key == "state_decay")
+    assert row.facts["settling_kinds"] == {"main": "on a floor", "second": "settles"}
+    assert row.facts["differ_in_kind"] and "the backbones differ in kind" in row.value
+    main = row.facts["settling_shares"]["main"]
+    assert [r["type"] for r in main] == ["all", "content word"]
+    assert main[0]["settling"]["value"] == pytest.approx(0.95)
+    record = {**row.record(), "id": "B.state_decay.main", "paper": "B", "group": "main"}
+    jsonschema.validate(claims_json([], [record]), SCHEMA)  # every field it carries declared
+    c = {"main": conv(), "second": conv(r=4)}
+    rows = paper_b_claims(c, {"main": pol()}, "main", "second", VALUES)
+    mark_settling(rows, c, ["main", "second"], VALUES)
+    row = next(r for r in rows if r.key == "state_decay")
+    assert not row.facts["differ_in_kind"] and "differ" not in row.value
+
+
+def test_the_period_two_row_tests_its_share_of_tokens_at_declared_thresholds():
+    """The two-step / one-step ratio 0.156 [0.074, 1.27] straddles 1, but 25.4% [21.4%,
+    30.5%] of tokens with the smaller two-step change is well short of a majority: no
+    period-2 signature. Both thresholds are swept; at 25% of tokens the row turns."""
+    c = conv()
+    c["settling"]["windows"]["1R"]["two_step_ratio"] = iv(0.156, 0.074, 1.27)
+    c["cycle"]["period2_share"] = iv(0.254, 0.214, 0.305)
+    row = verdicts(c, pol())["period_two"]
+    assert row.direction == "contradicted" and row.kind == "extension"
+    assert [t.unit for t in row.tests] == ["ratio", "share"]
+    robust = row.facts["robustness"]
+    assert {"late_window", "period2_ratio", "period2_tokens"} <= set(robust["swept"])
+    assert {"parameter": "period2_tokens", "value": 0.25, "verdict": "inconclusive"} in \
+        robust["turns"]
 
 
 def test_token_order_needs_both_ends_not_a_content_whitespace_gap():

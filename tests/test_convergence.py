@@ -4,12 +4,14 @@ when a token converged, the metrics the claims read, and disjoint window sets.""
 import dataclasses
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from loopscope.base.errors import DataError
 from loopscope.judge.paper_b import paper_b_claims
 from loopscope.judge.params import ClaimsConfig
+from loopscope.judge.settling import attach
 from loopscope.measure.convergence import (
     RunConvergence,
     cell_metrics,
@@ -24,7 +26,8 @@ from loopscope.measure.intervals import Documents, Sample
 from loopscope.measure.masked import PolicyResult
 from loopscope.measure.params import ConvergenceConfig
 from loopscope.measure.runs import document_window_sets
-from loopscope.measure.token_types import TOKEN_TYPES
+from loopscope.measure.settling import WINDOWS, token_columns
+from loopscope.measure.token_types import TOKEN_TYPES, type_names
 from loopscope.measure.trajectories import Trajectory
 from loopscope.weights.data import document_ids
 
@@ -61,15 +64,25 @@ def trajectory(rng, content_depth=3.0, punct_depth=2.0, step_up=0.0):
     change = np.exp(-loops / 3.0) * np.ones((1, n))
     change2 = change + np.vstack([np.full((1, n), np.nan), change[:-1]])  # monotone
     traj = Trajectory(ce=ce, kl=kl, change=change, angle=change.copy(),
-                      argmax=np.zeros((d, n), np.int32), change2=change2)
+                      argmax=np.zeros((d, n), np.int32), change2=change2,
+                      backward=np.zeros((d, n), bool))  # no update turns back
     types[:3] = -1  # special tokens are left out
     return traj, docs, types
 
 
 def metrics(**kw):
     traj, docs, types = trajectory(np.random.default_rng(0), **kw)
-    return summarize(traj, sample(docs, 300), types, R, 1e-3, ConvergenceConfig(bootstrap=300),
-                     sampler_mean=R + 1.0, nominal_mean=float(R))
+    m = summarize(traj, sample(docs, 300), types, R, 1e-3, ConvergenceConfig(bootstrap=300),
+                  sampler_mean=R + 1.0, nominal_mean=float(R))
+    return with_tokens(m, traj, docs, types)
+
+
+def with_tokens(m: dict, traj: Trajectory, docs: np.ndarray, types: np.ndarray) -> dict:
+    """A backbone's metrics with its per-token table beside them, as the claims stage
+    hands them over (loopscope.judge.settling.attach)."""
+    table = pd.DataFrame({"seed": 0, "doc": docs, "parent": docs,
+                          "type": type_names(types), **token_columns(traj, R)})
+    return attach(m, table, 200, "b")
 
 
 def test_summarize_gives_every_claim_its_interval():
@@ -123,15 +136,21 @@ def test_a_period_two_state_is_measured_as_a_cycle():
     late = loops > 2 * R
     change = np.where(late, 1e-2, traj.change)
     change2 = np.where(late, 1e-4, traj.change2)
-    cycling = dataclasses.replace(traj, change=change, change2=change2)
+    cycling = dataclasses.replace(traj, change=change, change2=change2,
+                                  backward=np.broadcast_to(late, change.shape))
     m = summarize(cycling, sample(docs, 200), types, R, 1e-3, ConvergenceConfig(bootstrap=200))
+    m = with_tokens(m, cycling, docs, types)
     c = m["cycle"]
     assert (c["late_from"], c["late_to"]) == (3 * R, 4 * R)
     assert abs(c["late_decay_per_loop"]["value"]) < 1e-9
     assert c["two_step_ratio"]["hi"] < 0.05 and c["period2_share"]["value"] == 1.0
+    window = m["settling"]["windows"]["1R"]
+    assert window["floor_share"]["lo"] == pytest.approx(1.0)  # all floor, nothing above
+    assert window["backward_share"]["value"] == 1.0
     found = judged(m)
     assert found["period_two"].direction == "holds"
-    assert found["state_decay"].direction != "holds"
+    assert found["state_decay"].direction == "contradicted"
+    assert "cycling 100.0%" in found["state_decay"].value
     steady = metrics()["cycle"]
     assert steady["two_step_ratio"]["lo"] > 1 and steady["late_decay_per_loop"]["hi"] < 0
     assert steady["period2_share"]["value"] == 0.0
@@ -259,9 +278,12 @@ def test_the_cell_table_has_one_row_per_token_run_by_run():
     runs = two_runs()
     table = cell_table(runs, CFG.epsilon)
     n = DOCS * PER_DOC
-    assert list(table.columns) == ["seed", "doc", "token_id", "type", "convergence_loop",
-                                   "first_below_loop", "exit_loop", "ce_depth1",
-                                   "ce_r"]
+    late = [f"{stat}_{w:g}R" for w in WINDOWS
+            for stat in ("floor", "floor_se", "backward", "kl_alternation")]
+    assert list(table.columns) == ["seed", "doc", "parent", "token_id", "type",
+                                   "convergence_loop", "first_below_loop", "exit_loop",
+                                   "ce_depth1", "ce_r", "change_last", *late]
+    assert (table["parent"] == table["doc"]).all()  # units are documents here
     assert table["seed"].tolist() == [1] * n + [2] * n
     second = table[n:]
     np.testing.assert_array_equal(second["convergence_loop"],

@@ -39,6 +39,8 @@ from loopscope.render.tables_b import (
     runtime_goal,
     saturation_curves,
     sensitivity_table,
+    settling_line,
+    settling_table,
     speedup_bars,
     speedup_table,
     token_loops,
@@ -197,6 +199,34 @@ def test_token_loops_and_frontier_drop_what_the_reports_do_not_show(tmp_path, mo
     assert list(tokens["type"]) == ["whitespace", "number"]
     assert type_order(tokens) == ["whitespace", "number"]
     assert list(frontier("bb")["ce"]) == [3.1]
+
+
+def test_the_settling_table_shows_each_cells_label_shares_by_type(tmp_path, monkeypatch):
+    """One table across cells: per cell measured, all tokens then each type present, the
+    share of each label with its interval; a cell whose metrics predate it is left out."""
+    monkeypatch.chdir(tmp_path)
+    n = 40
+    late = {}
+    for w in ("1", "1.5", "2"):
+        late.update({f"floor_{w}R": [0.0] * 20 + [1e-3] * 20, f"floor_se_{w}R": [0.0] * n,
+                     f"backward_{w}R": [0.0] * 30 + [1.0] * 10,
+                     f"kl_alternation_{w}R": [0.0] * n})
+    table = pd.DataFrame({"seed": 0, "doc": [i // 2 for i in range(n)],
+                          "type": ["whitespace", "content word"] * 20,
+                          "change_last": [1e-3] * n, **late})
+    paths.table_file("convergence", "bb").parent.mkdir(parents=True)
+    table.to_parquet(paths.table_file("convergence", "bb"))
+    windows = {"1R": {"from": 12, "to": 16}}
+    x = inputs({"bb": {**conv(), "settling": {"windows": windows}}, "old": conv()})
+    shown = settling_table(x, resamples=100)
+    assert list(shown.columns) == ["cell", "type", "tokens", "settling", "cycling",
+                                   "drifting"]
+    assert list(shown["type"]) == ["all", "whitespace", "content word"]
+    assert set(shown["cell"]) == {"bb"} and list(shown["tokens"]) == [40, 20, 20]
+    assert shown["settling"][0].startswith("50.0% [") and shown["cycling"][0].startswith(
+        "25.0% [")
+    line = settling_line(x)  # the thresholds the claims judged at, in words
+    assert "last 1R loops" in line and "below 0.1 x its change" in line and "75%" in line
 
 
 def policies_metrics() -> dict:

@@ -20,7 +20,7 @@ from typing import Any
 
 from loopscope.base import paths
 from loopscope.base.outputs import read_json, read_metrics, read_table
-from loopscope.judge import criteria
+from loopscope.judge import criteria, settling
 from loopscope.judge.backbone import recipe_deviation
 from loopscope.judge.cells import (
     cell_group,
@@ -138,6 +138,17 @@ def scale(configs: dict[str, CellConfig], train: dict[str, dict[str, Any]],
                                 "SwiGLU, decay on every parameter) with our schedule"}
 
 
+def paper_b_metrics(cells: list[str], backbones: list[str], resamples: int
+                    ) -> dict[str, dict[str, Any]]:
+    """metrics/convergence of every cell, and beside each backbone's its per-token table
+    (tables/convergence: the late window's floors, which the claims label at the
+    criteria's thresholds; loopscope.judge.settling)."""
+    conv = {c: read_metrics("convergence", c) for c in cells}
+    for c in backbones:
+        conv[c] = settling.attach(conv[c], read_table("convergence", c), resamples, c)
+    return conv
+
+
 def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
           resamples: int, provenance: dict[str, Any], outside: tuple[str, ...] = ()
           ) -> dict[str, Any]:
@@ -152,9 +163,11 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
     main, second = paper_b_backbones({c: configs[c] for c in cells
                                       if groups[c] == "paper B backbone"})
     judged_a = _records(paper_a_claims(data, values, resamples), "A", configs)
-    judged_b = _records(paper_b_claims({c: read_metrics("convergence", c) for c in cells},
-                                       {c: read_metrics("policies", c) for c in policy_cells},
-                                       main, second, values), "B", configs)
+    conv = paper_b_metrics(cells, [c for c in (main, second) if c is not None], resamples)
+    pol = {c: read_metrics("policies", c) for c in policy_cells}
+    rows_b = paper_b_claims(conv, pol, main, second, values)
+    settling.mark_settling(rows_b, conv, [c for c in (main, second) if c is not None], values)
+    judged_b = _records(rows_b, "B", configs)
     found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
     meta = read_json(paths.PREPARED / "meta.json", "prepare")
     released = {"outside": outside_records(list(outside), values, main)} if outside else {}

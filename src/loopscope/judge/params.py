@@ -36,6 +36,13 @@ class ClaimsConfig(Section):
     a1_band: float = 0.0625  # A1's magnitude: mean loops / R within this of the paper's 4.94 / 8
     floor_decades: float = 1.0  # Lemma 1 check: the normed fraction within this of its floor
     contrast_decades: float = 2.0  # Lemma 1 check: the raw fraction this above the normed
+    late_window: float = 1.0  # the late window judged: the last this x R loops (3R..4R)
+    floor_share: float = 0.1  # a floor below this share of the change at D is none
+    settling_share: float = 0.9  # "a fixed point": at least this share of tokens settle
+    alternating_share: float = 0.75  # a token alternates: this share of updates point back
+    period2_ratio: float = 1.0  # period 2: two-step / one-step change below this
+    period2_tokens: float = 0.5  # ... and at least this share of tokens' two-step smaller
+    precision_floor: float = 10.0  # a floor below this many float32 epsilons is rounding
 
     def check(self, require: Callable[[str, bool, str], None]) -> None:
         for name in ("margin_nats", "leading_share", "tail_share", "slope_band",
@@ -46,6 +53,10 @@ class ClaimsConfig(Section):
             require(name, 0 < getattr(self, name) < 1, "in (0, 1)")
         for name in ("tail_factor", "tail_band", "kl_factor"):
             require(name, getattr(self, name) > 1, "> 1 (a factor)")
+        for name in ("late_window", "period2_ratio", "precision_floor"):
+            require(name, getattr(self, name) > 0, "> 0")
+        for name in ("floor_share", "settling_share", "alternating_share", "period2_tokens"):
+            require(name, 0 < getattr(self, name) < 1, "in (0, 1)")
 
 
 # A judge may read the measuring sections too (the resamples behind paper A's intervals,

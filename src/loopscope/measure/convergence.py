@@ -3,7 +3,8 @@ prediction as the loop runs past R, the depth the cell is read at.
 
 From uniform-depth trajectories (loopscope.measure.trajectories): elasticity (CE per
 depth), the convergence loop of each token, the useful depth (saturation), the same by
-token type (loopscope.measure.token_types), and A1's exits on every cell (the
+token type (loopscope.measure.token_types), whether the state settles, sits on a floor or
+cycles over the late loops (loopscope.measure.settling), and A1's exits on every cell (the
 cross-analysis with paper A).
 
 The convergence stage measures each trained run of a cell (measure_run) and pools the
@@ -20,6 +21,7 @@ import numpy as np
 import pandas as pd
 from tokenizers import Tokenizer
 
+from loopscope.measure import settling
 from loopscope.measure.exits import KL
 from loopscope.measure.intervals import Documents, Interval, Sample, design_effect
 from loopscope.measure.masked import PolicyResult, evaluate, pool
@@ -123,7 +125,8 @@ def summarize(traj: Trajectory, sample: Sample, types: np.ndarray, r: int,
     are paired and training noise counted): elasticity step by step, flatness past R,
     the decay of KL and state change, the useful depth, the convergence loop and A1's
     exit loop (at epsilon, and at every convergence.sensitivity_epsilons), and the
-    convergence loop by token type (types: TOKEN_TYPES indices, -1 for tokens left out).
+    convergence loop by token type (types: TOKEN_TYPES indices, -1 for tokens left out),
+    and over each late window the floor the state change levels off at (settling).
     sampler_mean: the training sampler's E[r], and nominal_mean its nominal mean m
     (Huginn's `mean`, E[r] = m + 1), recorded beside R. cfg: the useful depth's share
     and sensitivity table, resamples (convergence params). parents: the document of
@@ -154,6 +157,7 @@ def summarize(traj: Trajectory, sample: Sample, types: np.ndarray, r: int,
     }
     out["types"] = _by_type(sample, convergence_loop(traj.kl, epsilon), types)
     out["cycle"] = cycle(sample, traj, r)
+    out["settling"] = settling.summarize(sample, traj, r)
     if parents is not None:  # what resampling documents first does to an interval
         out["design_effect"] = {"statistic": "mean CE at depth R", "value": design_effect(
             sample.docs, traj.ce[r - 1], parents, cfg.bootstrap)}
@@ -286,16 +290,21 @@ class RunConvergence:
     parents: np.ndarray | None = None  # each token's document, where units are blocks
 
     def table(self, epsilon: float) -> pd.DataFrame:
-        """One row per `report` token: its type, convergence loop, first loop below
-        epsilon, A1's exit loop, and its CE at depth 1 and at R."""
+        """One row per `report` token: its resampling unit and the document that
+        holds it (parent: the same where units are documents), its type, convergence
+        loop, first loop below epsilon, A1's exit loop, its CE at depth 1 and at R, and
+        over each late window its state change's floor, the share of its updates that
+        point back and its KL's odd/even alternation (settling.token_columns)."""
         return pd.DataFrame({
             "seed": self.seed, "doc": self.docs,
+            "parent": self.docs if self.parents is None else self.parents,
             "token_id": self.tokens.astype(np.int32),
             "type": type_names(self.types),
             "convergence_loop": convergence_loop(self.traj.kl, epsilon),
             "first_below_loop": first_below(self.traj.kl, epsilon),
             "exit_loop": self.exits.exit_loop.astype(np.int16),
-            "ce_depth1": self.traj.ce[0], "ce_r": self.traj.ce[self.r - 1]})
+            "ce_depth1": self.traj.ce[0], "ce_r": self.traj.ce[self.r - 1],
+            **settling.token_columns(self.traj, self.r)})
 
     def describe(self) -> str:
         """Mean CE at depth 1, at R and at D: how much the loop past R still changes."""
@@ -316,6 +325,7 @@ def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon:
     report, choose = sets["report"], sets["choose"]
     r = run.model.loops
     depth, batch = cfg.depth_factor * r, cfg.batch_size
+    settling.windows(r, depth)  # a late window too short to fit: before compute
     traj = trajectory(run.model, report.x, report.y, report.h0, depth, batch)
     choose_ce = uniform_ce(run.model, choose.x, choose.y, choose.h0, depth, batch)
     exits = evaluate(run.model, report.x, report.y, report.h0, KL(cross_epsilon), depth,

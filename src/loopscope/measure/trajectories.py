@@ -3,8 +3,10 @@ out. A trajectory records, per token and loop i = 1..D: the cross-entropy of the
 prediction read at loop i (coda and final readout over every token's loop-i state),
 KL(p_i || p_{i-1}) between successive next-token distributions (paper B's direction),
 the relative state change ||h_i - h_{i-1}|| / ||h_i||, the angle of the update, and the
-argmax, and the two-step change ||h_i - h_{i-2}|| / ||h_i|| (a period-2 cycle keeps
-moving every loop while it returns every second one). It runs on any model of the
+argmax, the two-step change ||h_i - h_{i-2}|| / ||h_i|| (a period-2 cycle keeps
+moving every loop while it returns every second one), and whether loop i's update
+h_i - h_{i-1} points back against loop i-1's (cosine < 0: a cycle's updates alternate,
+a monotone approach's do not; one byte a token and loop). It runs on any model of the
 looped-model interface (loopscope.measure.looped).
 """
 
@@ -33,6 +35,10 @@ class Trajectory:
     # (D, N) ||h_i - h_{i-2}|| / ||h_i||, the two-step change (row 0: nan): a period-2
     # cycle returns to where it was two loops ago while each loop still moves it
     change2: np.ndarray
+    # (D, N) bool: loop i's update h_i - h_{i-1} points back against loop i-1's (their
+    # cosine < 0; row 0, with no update before it, False): the late share of these is a
+    # token's alternation (loopscope.measure.settling)
+    backward: np.ndarray
     states: np.ndarray | None = None  # (keep, N, d) h_1..h_keep, float32, if asked for
 
     @property
@@ -47,7 +53,14 @@ class Trajectory:
 
 
 # What a trajectory records per loop
-FIELDS = ("ce", "kl", "change", "angle", "argmax", "change2")
+FIELDS = ("ce", "kl", "change", "angle", "argmax", "change2", "backward")
+
+
+def _points_back(update: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """Per token, whether an update points back against the previous one (their cosine
+    < 0, read off the sign of the dot product: no norms needed), as bool. An update of
+    zero points nowhere (False)."""
+    return (update.float() * previous.float()).sum(-1) < 0
 
 
 @torch.no_grad()
@@ -100,6 +113,10 @@ def _record(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tens
                 values["change2"] = (relative_change(new.float(), older.float())
                                      if older is not None else
                                      torch.full(new.shape[:-1], float("nan"), device=new.device))
+            if "backward" in fields:
+                values["backward"] = (_points_back(new - h, h - older) if older is not None
+                                      else torch.zeros(new.shape[:-1], dtype=torch.bool,
+                                                       device=new.device))
             for key in fields:
                 rows[key][k].append(values[key].flatten().cpu().numpy())
             if k < keep_states:
@@ -115,7 +132,7 @@ def trajectory(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.T
     cat, states = _record(model, x, y, h0, depth, batch_size, FIELDS, keep_states)
     return Trajectory(ce=cat["ce"].astype(np.float64), kl=cat["kl"], change=cat["change"],
                       angle=cat["angle"], argmax=cat["argmax"].astype(np.int32),
-                      states=states, change2=cat["change2"])
+                      states=states, change2=cat["change2"], backward=cat["backward"])
 
 
 def uniform_ce(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,

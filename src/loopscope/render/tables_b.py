@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from loopscope.base import paths
-from loopscope.base.outputs import loop_order, read_json, read_metrics, require_output
+from loopscope.base.outputs import loop_order, read_json, read_metrics, read_table, require_output
 from loopscope.judge.backbone import Backbone, recipe_deviation, worst_step
 from loopscope.judge.cells import cell_group, paper_b_backbones
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.paper_b import sensitivity
+from loopscope.judge.settling import LABELS, Tokens, by_type, percent
 from loopscope.measure.intervals import Interval
 from loopscope.render.report_tables import criteria_values
 from loopscope.weights.config import CellConfig, load_cell
@@ -140,6 +141,34 @@ def cycle_table(x: Inputs) -> pd.DataFrame:
         rows.append({"backbone": c, **{k: str(Interval.of(v)) if isinstance(v, dict) else v
                                        for k, v in cyc.items()}})
     return pd.DataFrame(rows)
+
+
+def settling_table(x: Inputs, resamples: int = 1000) -> pd.DataFrame:
+    """Settling, cycling or drifting (loopscope.judge.settling) at the criteria the
+    claims judged at: per cell (every cell measured) and per token type, the share of
+    tokens with each label over the late window, with its interval (documents resampled,
+    and seeds where the cell has several). One table across cells."""
+    rows = []
+    for c in x.cells:
+        if "settling" not in x.conv[c]:
+            continue
+        tokens = Tokens(read_table("convergence", c), resamples, c)
+        for row in by_type(tokens, x.conv[c], x.criteria, TYPE_ORDER):
+            rows.append({"cell": c, "type": row["type"], "tokens": row["tokens"],
+                         **{k: percent(row[k]) for k in LABELS}})
+    return pd.DataFrame(rows)
+
+
+def settling_line(x: Inputs) -> str:
+    """The labels' rule in words, at the thresholds the claims judged at."""
+    p = x.criteria.values()
+    return (f"Over the last {p['late_window']:g}R loops of the 4R trajectory, a token is "
+            "**settling** where its state change's floor (c of c + a rho^j, fitted per token) "
+            f"is consistent with one below {p['floor_share']:g} x its change at D (the lower "
+            f"end of its 95% interval), or with rounding ({p['precision_floor']:g} float32 "
+            "epsilons); otherwise **cycling** where at least "
+            f"{p['alternating_share']:.0%} of its late updates point back against the one "
+            "before, else **drifting**. Shares with 95% intervals (documents resampled).")
 
 
 def token_loops(cell: str) -> pd.DataFrame:
