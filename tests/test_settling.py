@@ -64,7 +64,8 @@ class Map(nn.Module):
     def carry(self, h: torch.Tensor, first: bool | torch.Tensor = False) -> torch.Tensor:
         return h
 
-    def step(self, h: torch.Tensor, e: torch.Tensor, kvs=None) -> torch.Tensor:
+    def step(self, h: torch.Tensor, e: torch.Tensor, kvs=None, k=None, positions=None
+             ) -> torch.Tensor:
         if self.kind == "geometric":
             return 2 * e + 0.7 * (h - 2 * e)
         if self.kind == "reflection":
