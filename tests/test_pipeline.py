@@ -80,7 +80,7 @@ def test_repro_writes_report_and_finite_metrics(reproduced):
     assert "Paper B: per-token fixed-point convergence" in index
     # the summary stage: the results page and README's generated blocks from this run
     results = (repo / "docs" / "results.md").read_text()
-    assert "| claim | group | paper | ours | verdict | criterion |" in results
+    assert "| claim | group | paper | where | ours | verdict | criterion |" in results
     claims = json.loads((repo / "tables" / "claims.json").read_text())
     jsonschema.validate(claims, json.loads((repo / "tables" / claims["$schema"]).read_text()))
     assert json.loads((repo / "metrics" / "claims.json").read_text()) == judged.metrics(claims)
