@@ -19,14 +19,17 @@ import sys
 
 import pandas as pd
 
+from loopscope.base import paths
 from loopscope.measure.params import load
 from loopscope.measure.policies import headline, summarize_sweeps, sweep_run
 from loopscope.measure.rules import check_grid
 from loopscope.measure.runs import batch_for, map_runs, with_batch
 from loopscope.measure.save import write_outputs
+from loopscope.weights.config import load_cell
 
 READS = ("convergence.windows", "convergence.bootstrap", "policies.match_nats",
-         "policies.grids", "policies.first", "policies.every", "policies.batch_size")
+         "policies.grids", "policies.first_seed_only", "policies.first", "policies.every",
+         "policies.batch_size")
 
 
 def main(name: str, outside_model: bool = False) -> None:
@@ -36,8 +39,9 @@ def main(name: str, outside_model: bool = False) -> None:
         check_grid(rule, grid)
     if outside_model:
         cfg = with_batch(cfg, batch_for(name, outside_model, cfg.batch_size))
+    first_seed = None if outside_model else load_cell(paths.config_file(name)).seeds[0]
     sweeps = map_runs(name, sweep_run, cfg, params.convergence.windows, f"policies {name}",
-                      outside_model=outside_model)
+                      first_seed, outside_model=outside_model)
     metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap,
                                      name)
     write_outputs("policies", name, metrics, {"policies": pd.DataFrame(rows)})

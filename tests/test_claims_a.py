@@ -337,6 +337,26 @@ def test_weighted_quantile_matches_numpy_on_the_sample():
     assert draws[1:].std() > 0
 
 
+
+@pytest.mark.parametrize("parents", [False, True])
+def test_the_grouped_quantile_of_few_values_equals_the_token_by_token_one(parents):
+    """A loop index takes the grouped path; its draws are those of the token-by-token
+    path (the same values, with the documents' and the seeds' resamples), exactly."""
+    import loopscope.measure.intervals as intervals
+    rng = np.random.default_rng(1)
+    docs = rng.integers(0, 40, size=3000)
+    loops = rng.integers(1, 9, size=3000).astype(float)
+    runs = rng.choice([42, 43], size=3000)
+    boot = Documents(docs, 300, parents=docs // 8 if parents else None)
+    grouped = boot.quantile(docs, loops, 0.9, runs, "cell")
+    old, intervals.FEW_VALUES = intervals.FEW_VALUES, 0
+    try:
+        by_token = boot.quantile(docs, loops, 0.9, runs, "cell")
+    finally:
+        intervals.FEW_VALUES = old
+    np.testing.assert_array_equal(grouped, by_token)
+    assert len(np.unique(grouped[1:])) > 1
+
 def test_the_one_over_s_law_must_single_out_the_drifting_cell():
     """A control whose step also follows 1/s while its scale grows as fast does not let
     the law explain the normed cell's K-invariance: the row does not hold."""

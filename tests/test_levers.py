@@ -46,11 +46,13 @@ def test_the_command_retrains_the_backbone_alone():
                            "convergence@backbone",
                            "-S", "++cells.backbone.train.depth_sigma=0.5",
                            "-S", "++cells.backbone.seeds=[42]",
+                           "-S", "++cells.backbone.train.steps=720",
                            "-S", "++cells.backbone.model.n_prelude=1",
                            "-S", "++cells.backbone.model.n_coda=1"]
     assert "--queue" not in e.command(queue=False)
     # a lever on the base's own key replaces it rather than setting it twice
-    assert levers.experiment("lever-sigma01").sets == ("seeds=[42]", "train.depth_sigma=0.1")
+    assert levers.experiment("lever-sigma01").sets == ("seeds=[42]", "train.steps=720",
+                                                      "train.depth_sigma=0.1")
     with pytest.raises(Exception, match="unknown experiment"):
         levers.experiment("nope")
 

@@ -30,6 +30,7 @@ from loopscope.measure.exits import (
 )
 from loopscope.measure.intervals import Documents, Sample
 from loopscope.measure.masked import PolicyResult, evaluate, masked_forward
+from loopscope.measure.params import PoliciesConfig
 from loopscope.measure.policies import (
     SWEPT,
     Sweep,
@@ -48,6 +49,7 @@ from loopscope.weights import model as model_module
 from loopscope.weights.config import TrainConfig
 from loopscope.weights.depth import sampler
 from loopscope.weights.model import LoopedLM
+from loopscope.weights.params import ParamsError, build
 
 
 def backbone(**overrides) -> LoopedLM:
@@ -616,6 +618,33 @@ def test_summarize_sweeps_pools_the_runs_of_a_cell_and_resamples_its_seeds():
     one, _ = summarize_sweeps(sweeps[:1], 0.01, 200, "cell")
     assert metrics["per_seed"]["seed1"]["kl"] == one["kl"] and "per_seed" not in one
 
+
+
+def test_a_rule_swept_on_the_first_seed_alone_reports_that_seeds_numbers():
+    """policies.first_seed_only: the second run skips a rule; the pooled metrics give
+    the rule the first seed's own numbers, marked as one seed, its frontier rows too,
+    and the rules both runs swept are pooled as before."""
+    model, uniform, results, docs = constructed(report_shift=0.05)
+    sweeps = split(model, uniform, results, docs, 15)
+    rules = {rule for rule, _ in results}
+    assert len(rules) > 1
+    alone = sorted(rules - {"kl"})[0]
+    for s in SWEPT:
+        sweeps[1].results[s] = {k: v for k, v in sweeps[1].results[s].items() if k[0] != alone}
+    metrics, rows = summarize_sweeps(sweeps, 0.01, 200, "cell")
+    first, first_rows = summarize_sweeps(sweeps[:1], 0.01, 200, "cell")
+    assert metrics["first_seed_only"] == [alone]
+    assert metrics[alone] == {**first[alone], "seeds": 1}
+    assert "seeds" not in metrics["kl"] and metrics["kl"] != first["kl"]
+    assert ([r for r in rows if r["rule"] == alone]
+            == [r for r in first_rows if r["rule"] == alone])
+
+
+def test_the_rules_the_counted_rows_read_cannot_skip_a_seed():
+    grids = {"kl": [0.0, 1e-3], "cosine": [0.0, 1e-3]}
+    assert build("policies", PoliciesConfig, {"grids": grids, "first_seed_only": ["cosine"]})
+    with pytest.raises(ParamsError, match="policies.first_seed_only"):
+        build("policies", PoliciesConfig, {"grids": grids, "first_seed_only": ["kl"]})
 
 def test_the_policies_headline_names_every_rule():
     _, metrics, _ = summarized()

@@ -20,6 +20,9 @@ import numpy as np
 from loopscope.measure.units import FEWEST_UNITS
 
 ALPHA = 0.05  # every interval is a 95% one, before any correction for a family
+# Per-token values with at most this many distinct values (a loop index) take the
+# quantile's exact grouped path (Documents._few_valued_quantile)
+FEW_VALUES = 256
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,9 @@ class Documents:
         """The q-quantile of per-token values, per draw (each token weighted by how
         often its unit, and its run, were drawn)."""
         values = np.asarray(values, dtype=np.float64)
+        distinct, which = np.unique(values, return_inverse=True)
+        if len(distinct) <= FEW_VALUES:
+            return self._few_valued_quantile(np.asarray(docs), distinct, which, q, runs, key)
         order = np.argsort(values, kind="stable")
         idx, ordered = self._index(np.asarray(docs))[order], values[order]
         r, w_run = self._run_weights(runs, key)
@@ -153,6 +159,29 @@ class Documents:
             cum = np.cumsum(w, axis=1)
             for j, row in enumerate(cum):
                 out[start + j] = ordered[min(np.searchsorted(row, q * row[-1]), len(row) - 1)]
+        return out
+
+    def _few_valued_quantile(self, docs: np.ndarray, distinct: np.ndarray,
+                             which: np.ndarray, q: float, runs: np.ndarray | None,
+                             key: str) -> np.ndarray:
+        """quantile where the values take few distinct values (a loop index): the
+        weights summed per (unit, run) and value, then the same first value whose
+        cumulative weight reaches q of the total. The weights are whole counts, so the
+        sums are exact and the draws equal the token-by-token ones, at a fraction of
+        the cost."""
+        r, w_run = self._run_weights(runs, key)
+        n_runs = w_run.shape[1]
+        group = self._index(docs) * n_runs + (r if runs is not None else 0)
+        groups, inverse = np.unique(group, return_inverse=True)
+        counts = np.zeros((len(groups), len(distinct)))
+        np.add.at(counts, (inverse, which), 1.0)
+        unit, run = groups // n_runs, groups % n_runs
+        out = np.empty(len(self.weights))
+        for start in range(0, len(self.weights), 512):
+            w = self.weights[start:start + 512][:, unit] * w_run[start:start + 512][:, run]
+            cum = np.cumsum(w @ counts, axis=1)
+            first = np.argmax(cum >= q * cum[:, -1:], axis=1)
+            out[start:start + 512] = distinct[first]
         return out
 
     def interval(self, draws: np.ndarray, family: int = 1) -> Interval:

@@ -86,6 +86,11 @@ class ConvergenceConfig(Section):
                 "a list of KL thresholds > 0")
 
 
+# The rules paper B's counted rows read (A1's KL exit, A2's probe): swept on every seed,
+# so the seed rule can read each seed's own numbers
+SEEDED_RULES = ("kl", "probe")
+
+
 @dataclass
 class PoliciesConfig(Section):
     """Paper B's depth policies: threshold grids, the matching rule, the check schedule."""
@@ -96,6 +101,9 @@ class PoliciesConfig(Section):
     # rule -> thresholds; each grid is checked against the rule's data where it is used
     # (loopscope.measure.rules.check_grid: configure, and the policies stage)
     grids: dict[str, list[float]] = field(default_factory=dict)
+    # rules swept on a cell's first seed alone (extensions: their numbers rest on one
+    # trained model); the rules paper B's counted rows read (SEEDED_RULES) sweep every seed
+    first_seed_only: list[str] = _list()
     first: int = 1  # first loop with a check
     every: int = 1  # loops between checks
     cross_epsilon: float = 1e-3  # A1 on every cell, capped at depth_factor x R
@@ -107,6 +115,10 @@ class PoliciesConfig(Section):
         for name in ("first", "every", "batch_size"):
             require(name, getattr(self, name) >= 1, ">= 1")
         require("cross_epsilon", self.cross_epsilon > 0, "> 0")
+        for rule in self.first_seed_only:  # one not in grids is not swept at all
+            require("first_seed_only", rule not in SEEDED_RULES,
+                    f"rules other than {', '.join(SEEDED_RULES)}, which the counted rows "
+                    f"read on every seed (got {rule!r})")
 
 
 @dataclass

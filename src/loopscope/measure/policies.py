@@ -156,9 +156,20 @@ def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int, key: str
     metrics, rows = _pooled(sweeps, match, resamples, key)
     metrics["seeds"] = len(sweeps)
     if len(sweeps) > 1:
-        metrics["per_seed"] = {f"seed{w.seed}": _pooled([w], match, resamples, key)[0]
-                               for w in sweeps}
+        own = [_pooled([w], match, resamples, key) for w in sweeps]
+        metrics["per_seed"] = {f"seed{w.seed}": m for w, (m, _) in zip(sweeps, own, strict=True)}
+        # a rule swept on the first seed alone (policies.first_seed_only): its numbers
+        # are that seed's, marked so
+        alone = sorted(_rules(sweeps[0]) - set.intersection(*map(_rules, sweeps)))
+        for rule in alone:
+            metrics[rule] = {**own[0][0][rule], "seeds": 1}
+        rows += [row for row in own[0][1] if row["rule"] in alone]
+        metrics["first_seed_only"] = alone
     return metrics, rows
+
+
+def _rules(sweep: Sweep) -> set[str]:
+    return {rule for rule, _ in sweep.results[SWEPT[0]]}
 
 
 def _pooled(sweeps: list[Sweep], match: float, resamples: int, key: str
@@ -167,7 +178,8 @@ def _pooled(sweeps: list[Sweep], match: float, resamples: int, key: str
     cell = sweeps[0]
     uniform = {s: np.concatenate([w.uniform[s] for w in sweeps], axis=1) for s in cell.uniform}
     results = {k: {s: pool([w.results[s][k] for w in sweeps]) for s in cell.results}
-               for k in cell.results[SWEPT[0]]}
+               for k in cell.results[SWEPT[0]]
+               if all(k in w.results[SWEPT[0]] for w in sweeps)}
     docs = np.concatenate([w.docs for w in sweeps])
     parents = None if cell.parents is None else np.concatenate([w.parents for w in sweeps])
     seeds = (np.concatenate([np.full(len(w.docs), w.seed) for w in sweeps])
@@ -281,12 +293,17 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
     return metrics, rows
 
 
-def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str) -> Sweep:
+def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str,
+              first_seed: int | None = None) -> Sweep:
     """One run's policy sweep at depth R (policies.Sweep): A2's probe fit on the `probe`
     windows (fit_probe), then on each set of SWEPT the uniform depths 1..R and every
-    setting of policies.grids (policies.sweep_settings). It lives here, beside
-    fit_probe, because the probe's labels and the uniform depths' CE are read from
-    trajectories; windows: convergence.windows, the windows per set."""
+    setting of policies.grids (policies.sweep_settings); a run other than its cell's
+    first seed (first_seed; None: every run is) skips the rules of
+    policies.first_seed_only. It lives here, beside fit_probe, because the probe's
+    labels and the uniform depths' CE are read from trajectories; windows:
+    convergence.windows, the windows per set."""
+    grids = (cfg.grids if first_seed is None or run.seed == first_seed else
+             {rule: g for rule, g in cfg.grids.items() if rule not in cfg.first_seed_only})
     sets = run.window_sets(windows, "convergence.windows")
     r, batch, p = run.model.loops, cfg.batch_size, sets["probe"]
     probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, r, batch, keep_states=r - 1), r)
@@ -297,6 +314,6 @@ def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str) -> Sweep:
         w = sets[s]
         sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, r, batch)
         sweep.results[s] = sweep_settings(run.model, w.x, w.y, w.h0, r, batch,
-                                          cfg.grids, cfg.first, cfg.every, probe,
+                                          grids, cfg.first, cfg.every, probe,
                                           desc=f"{desc} {s}")
     return sweep
