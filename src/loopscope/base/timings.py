@@ -89,7 +89,17 @@ def summarize(found: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"training_seconds": round(train, 2), "measuring_seconds": round(measure, 2),
             "measuring_over_training": round(measure / train, 4) if train else None,
             "stages": len(found),
-            "cpus": sorted({t.get("cpu", "unknown CPU") for t in found.values()})}
+            "cpus": sorted({cpu_name(t) for t in found.values()})}
+
+
+def cpu_name(timing: dict[str, Any]) -> str:
+    """The CPU a stage ran on, with its family and model where recorded: two CPUs of
+    one model name ("AMD EPYC") can be different microarchitectures, with other
+    speeds and other bytes."""
+    name, ident = timing.get("cpu", "unknown CPU"), timing.get("cpu_identity") or {}
+    if ident.get("family") and ident.get("model"):
+        return f"{name} family {ident['family']} model {ident['model']}"
+    return name
 
 
 def table(found: dict[str, dict[str, Any]]) -> str:
