@@ -15,6 +15,7 @@ from loopscope.base.errors import DataError
 from loopscope.base.outputs import loop_order, read_metrics
 from loopscope.judge.experiments import EXPERIMENTS
 from loopscope.render.report_tables import (
+    PART_ESTIMATE,
     claims_intro,
     claims_summary,
     claims_view,
@@ -346,3 +347,24 @@ def test_the_notebooks_draw_only(name):
 ])
 def test_the_drawing_check_catches_computation(code, fault):
     assert fault in drawing_faults(code)
+
+
+@pytest.mark.committed
+def test_every_committed_row_shows_the_interval_its_verdict_turned_on():
+    """The committed tables/claims.json: a held row's decisive interval (the part its
+    verdict turned on, as the pages draw it) lies wholly inside its band, a contradicted
+    row's wholly outside it."""
+    found = json.loads((Path(__file__).parents[1] / paths.CLAIMS).read_text())
+    checked = 0
+    for row in (r for p in ("paper_a", "paper_b") for r in found[p]):
+        part = decisive_part(row)
+        if row["verdict"] not in ("holds", "contradicted") or part is None:
+            continue
+        shown = row[PART_ESTIMATE[part]]
+        low, high = shown["band"]
+        inside = (low is None or shown["lo"] >= low) and (high is None or shown["hi"] <= high)
+        outside = ((low is not None and shown["hi"] < low)
+                   or (high is not None and shown["lo"] > high))
+        assert inside if row["verdict"] == "holds" else outside, (row["id"], shown)
+        checked += 1
+    assert checked >= 10
