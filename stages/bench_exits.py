@@ -9,6 +9,10 @@ progress bar counts the rounds. Timings, so apart from the reproducible metrics:
     python stages/bench_exits.py --cell <cell> --policies metrics/policies/<cell>.json
         --out metrics/bench/exits.json
 
+With --outside (stage outside_bench_exits@<name>): the same for an outside model's run
+(loopscope.measure.runs.outside_runs), which the runtime reaches through the
+looped-model interface alone, into metrics/bench/exits_<name>.json.
+
 The policies file is a dependency of the stage in dvc.yaml, so DVC has it in place
 before this runs; it is read as plain JSON, keeping the reader of outputs (and its
 messages for files that are missing) out of this measuring stage.
@@ -28,8 +32,10 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description="time the exit runtime")
     for name in ("cell", "policies", "out"):
         parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--outside", action="store_true", help="cell is an outside model")
     args = parser.parse_args(argv)
-    result = exits(load(READS), args.cell, json.loads(Path(args.policies).read_text()))
+    result = exits(load(READS), args.cell, json.loads(Path(args.policies).read_text()),
+                   outside_model=args.outside)
     write_json(args.out, result)
     print(f"{headline(result)} -> {args.out}")
 

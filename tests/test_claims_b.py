@@ -512,3 +512,21 @@ def test_the_median_and_tail_are_swept_over_the_measured_kl_epsilons():
     assert tail["turns"] == [{"parameter": "KL epsilon", "value": 2e-3,
                               "verdict": "contradicted"}]
     assert "KL epsilon" in found["median_convergence"].facts["robustness"]["swept"]
+
+
+def test_paper_bs_metrics_are_read_as_typed_records_indexed_by_loop():
+    """The one place a stored loop key ("k1", ...) is parsed: loops come back as ints in
+    loop order (k10 after k2), a key of another form and a missing field fail, naming
+    them, instead of reading as a wrong loop."""
+    from loopscope.base.errors import DataError
+    from loopscope.judge.metrics_b import ConvergenceMetrics, by_loop
+
+    assert list(by_loop({"k10": 0.1, "k2": 0.5, "k1": 0.9}).items()) == [
+        (1, 0.9), (2, 0.5), (10, 0.1)]
+    with pytest.raises(DataError, match="'loop3'"):
+        by_loop({"loop3": 1.0})
+    m = ConvergenceMetrics({"r": 8, "kl": {"k2": 0.3, "k16": 1e-5},
+                            "kl_decay": {"from": 2, "to": 16, "log10_ratio": {"value": -4.5}}})
+    assert m.kl[m.kl_decay.start] == 0.3 and m.kl[m.kl_decay.end] == 1e-5
+    with pytest.raises(DataError, match="'state_change'"):
+        _ = m.state_change

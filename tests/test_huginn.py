@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import Scripted
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -37,6 +38,7 @@ from loopscope.base.errors import CheckpointError
 from loopscope.measure.exits import KL
 from loopscope.measure.looped import LoopedModel, run_loops
 from loopscope.measure.masked import masked_forward
+from loopscope.measure.runtime import generate, score
 from loopscope.measure.sweep import measure, summarize
 from loopscope.weights.huginn import HuginnLM, load_huginn
 from loopscope.weights.huginn_config import HuginnConfig
@@ -204,6 +206,24 @@ def test_the_interface_runs_huginns_layout():
     never = masked_forward(model, idx, KL(0.0), cap=6, h0=torch.from_numpy(ref["initial"]))
     torch.testing.assert_close(never.state, states[-1], **TOL)
     assert (never.exit_loop == 6).all()
+
+
+@pytest.mark.parametrize("layout", REFERENCES)
+@torch.no_grad()
+def test_the_exit_runtime_runs_huginns_layout(layout):
+    """The runtime, through the interface alone, on Huginn's layout (a prelude and a
+    coda attending through overrides, the rotary embedding at gathered and decoded
+    positions): scoring and decoding equal the masked forward for random exits."""
+    model, ref = reference(layout)
+    idx, h0 = torch.from_numpy(ref["tokens"]), torch.from_numpy(ref["initial"])
+    exit_at = torch.randint(1, 5, idx.shape, generator=torch.Generator().manual_seed(3))
+    masked = masked_forward(model, idx, Scripted(exit_at), cap=4, h0=h0)
+    for run in (score(model, idx, Scripted(exit_at), cap=4, h0=h0),
+                generate(model, idx, Scripted(exit_at), cap=4, h0=h0)):
+        assert torch.equal(run.exit_loop, exit_at)
+        torch.testing.assert_close(run.logits, masked.logits, **TOL)
+    with pytest.raises(ValueError, match="2 attention overrides for 1 coda blocks"):
+        model.read(h0, kvs=[None, None])
 
 
 def test_paper_as_depth_sweep_runs_on_huginns_layout():

@@ -1,7 +1,8 @@
 """The looped-model interface (loopscope.measure.looped): the measuring code needs nothing
 of a model beyond it. A second looped model, written here against the interface alone
 (no LoopedLM part), runs through the extract, paper A's depth sweep and clamp, paper B's
-trajectories and convergence summary, and the masked forward of the exit rules. It has
+trajectories and convergence summary, the masked forward of the exit rules and the exit
+runtime's scoring and decoding. It has
 what a released model brings and LoopedLM lacks: grouped-query heads with a rotary
 embedding (the attention override's contract), a core that depends on the loop index, a
 random initial state drawn from a generator, and a native exit score."""
@@ -25,6 +26,7 @@ from loopscope.measure.masked import MaskedKV, evaluate, masked_forward
 from loopscope.measure.params import ConvergenceConfig
 from loopscope.measure.policies import sweep_settings
 from loopscope.measure.runs import initial_states
+from loopscope.measure.runtime import generate, score
 from loopscope.measure.sweep import float64_reader, measure, summarize
 from loopscope.measure.trajectories import trajectory
 from loopscope.measure.units import Units
@@ -35,7 +37,9 @@ def rotate_half(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """A rotary embedding (the halves of each head turned by position * 100^(-i/h))."""
     half = x.shape[-1] // 2
     freq = 100.0 ** (-torch.arange(half, dtype=x.dtype) / half)
-    angle = positions.to(x.dtype)[:, None] * freq  # (T, half)
+    angle = positions.to(x.dtype)[..., None] * freq  # (T, half) or (B, 1, T, half)
+    if angle.dim() == 3:  # positions (B, T): one row per batch row, over the heads
+        angle = angle[:, None]
     cos, sin = angle.cos(), angle.sin()
     a, b = x[..., :half], x[..., half:]
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
@@ -56,6 +60,7 @@ class GatedLoop(nn.Module):
         self.loops, self.d_model, self.context = loops, d, context
         self.heads, self.kv_heads, self.dh = heads, kv_heads, d // heads
         self.kv_blocks, self.readout_eps, self.random_state = 1, 1e-6, True
+        self.prelude_blocks = self.coda_blocks = 0  # no attention before or after the loop
         self.nominal_mean = self.sampler_mean = float(loops)
         self.embed = nn.Embedding(vocab, d)
         self.loop_vector = nn.Embedding(16, d)  # the loop index's own vector
@@ -67,7 +72,8 @@ class GatedLoop(nn.Module):
     def exit_score(self, h: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.gate(h)).squeeze(-1)
 
-    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
+               kvs=None) -> torch.Tensor:
         return self.embed(idx)
 
     def initial_state(self, e: torch.Tensor, generator: torch.Generator | None = None
@@ -89,13 +95,16 @@ class GatedLoop(nn.Module):
         v = v.view(b, t, self.kv_heads, self.dh).transpose(1, 2)
         return rotate_half(q, positions), rotate_half(k, positions), v
 
-    def step(self, h: torch.Tensor, e: torch.Tensor, kvs=None, k: int | None = None,
-             positions: torch.Tensor | None = None) -> torch.Tensor:
+    def step(self, h: torch.Tensor, e: torch.Tensor, kvs=None,
+             k: int | torch.Tensor | None = None, positions: torch.Tensor | None = None
+             ) -> torch.Tensor:
         if k is None:
             raise ValueError("this core needs the loop index")
         b, t, d = h.shape
         positions = torch.arange(t) if positions is None else positions
-        x = h + e + self.loop_vector.weight[min(k, 16) - 1]
+        # k: one loop for the call, or one per row (the runtime's decoding)
+        loop = self.loop_vector.weight[torch.as_tensor(k).clamp(max=16) - 1]
+        x = h + e + (loop[:, None] if loop.dim() == 2 else loop)
         q, keys, v = self.attention_inputs(x, positions)
         y = (kvs[0](q, keys, v) if kvs is not None
              else F.scaled_dot_product_attention(q, keys, v, is_causal=True, enable_gqa=True))
@@ -103,8 +112,8 @@ class GatedLoop(nn.Module):
         gate, cand = self.mix(torch.cat([h, y], dim=-1)).chunk(2, dim=-1)
         return torch.sigmoid(gate) * h + (1 - torch.sigmoid(gate)) * torch.tanh(cand + e)
 
-    def read(self, h: torch.Tensor, last: bool, positions: torch.Tensor | None = None
-             ) -> torch.Tensor:
+    def read(self, h: torch.Tensor, last: bool, positions: torch.Tensor | None = None,
+             kvs=None) -> torch.Tensor:
         return self.head(h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.readout_eps))
 
     def reader(self) -> nn.Module:
@@ -309,3 +318,33 @@ def test_a_native_exit_score_is_one_more_rule_where_the_model_has_one():
     assert plain.exit_score is None
     swept = sweep_settings(plain, x, y, None, 3, 4, grids, 1, 1)
     assert set(swept) == {("latent-diff", 0.0), ("latent-diff", 0.03)}
+
+
+@torch.no_grad()
+def test_the_exit_runtime_runs_on_any_looped_model():
+    """The runtime reaches a model through the interface alone: on the grouped-query,
+    rotary, loop-dependent model, scoring and token-by-token decoding (streams at
+    different loops in one core call: k per row, positions per row) equal the masked
+    forward for random exits, and the native exit score decides alike in all three."""
+    m, (x, _) = model(), windows(3, 12)
+    h0 = h0_of(m, 3)[:, :12]
+    exit_at = torch.randint(1, 4, x.shape, generator=torch.Generator().manual_seed(5))
+    ref = masked_forward(m, x, Scripted(exit_at), cap=3, h0=h0)
+    scored = score(m, x, Scripted(exit_at), cap=3, h0=h0)
+    decoded = generate(m, x, Scripted(exit_at), cap=3, h0=h0)
+    assert (exit_at < 3).any() and (exit_at == 1).any()
+    for run in (scored, decoded):
+        assert torch.equal(run.exit_loop, exit_at)
+        torch.testing.assert_close(run.logits, ref.logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(scored.state, ref.state, rtol=1e-4, atol=1e-5)
+    # a threshold in the widest gap of the first loop's 1 - p around its median, so no
+    # decision sits within round-off of it: about half the tokens exit at loop 1
+    stay = (1 - m.exit_score(run_loops(m, x, 1, h0)[1][0])).flatten().sort().values
+    n = len(stay) // 2
+    gaps = stay[n - 4:n + 4].diff()
+    i = n - 4 + int(gaps.argmax())
+    gate = ExitScore(m.exit_score, float(stay[i] + stay[i + 1]) / 2)
+    ref = masked_forward(m, x, gate, cap=3, h0=h0)
+    assert 1 < len(ref.exit_loop.unique())  # the gate exits some tokens, not all
+    for run in (score(m, x, gate, cap=3, h0=h0), generate(m, x, gate, cap=3, h0=h0)):
+        assert torch.equal(run.exit_loop, ref.exit_loop)

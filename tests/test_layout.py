@@ -37,7 +37,7 @@ FLOORS = ("base", "weights", "preflight", "measure", "judge", "render", "tools")
 TOP = {"stage": "preflight", "params": "render"}
 MEASURING = ("extract", "diagnose", "throughput", "convergence", "policies", "bench_exits",
              "outside_prepare", "outside_extract", "outside_diagnose", "outside_convergence",
-             "outside_policies")
+             "outside_policies", "outside_bench_exits")
 # An outside model for the stages over `outside:`, which params.yaml leaves empty: they
 # are checked as one such model would build them
 OUTSIDE_EXAMPLE = {"example": {"adapter": "huginn", "path": "tests/fixtures/huginn_tiny"}}

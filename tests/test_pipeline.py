@@ -298,7 +298,7 @@ def test_bad_params_fail_before_training(tmp_path, key, value, message):
 
 
 OUTSIDE_STAGES = ("outside_prepare", "outside_extract", "outside_diagnose",
-                  "outside_convergence", "outside_policies")
+                  "outside_convergence", "outside_policies", "outside_bench_exits")
 
 
 def test_an_outside_model_runs_through_every_measuring_stage(tmp_path):
@@ -327,6 +327,8 @@ def test_an_outside_model_runs_through_every_measuring_stage(tmp_path):
         assert metrics, kind
     for kind in ("diagnose", "sweep", "clamp", "convergence", "policies"):
         assert (repo / "tables" / kind / "huginn_tiny.parquet").is_file(), kind
+    bench = json.loads((repo / "metrics" / "bench" / "exits_huginn_tiny.json").read_text())
+    assert bench["r"] == 4 and bench["scoring"]["seconds"], bench
     claims = json.loads((repo / "tables" / "claims.json").read_text())
     jsonschema.validate(claims, json.loads((repo / "tables" / claims["$schema"]).read_text()))
     record = claims["outside"]["huginn_tiny"]

@@ -10,10 +10,12 @@ from report_data import cell, diagnose, iv, per_loop, write
 
 from loopscope.base import paths
 from loopscope.base.errors import DataError
+from loopscope.judge import paper_b
 from loopscope.judge.backbone import recipe_deviation, worst_step
 from loopscope.judge.criteria import Criteria
+from loopscope.judge.metrics_b import Elasticity
 from loopscope.judge.params import ClaimsConfig
-from loopscope.render import figures_b
+from loopscope.render import figures_b, tables_b
 from loopscope.render.tables_b import (
     Inputs,
     acceleration_line,
@@ -99,7 +101,7 @@ def test_a_backbone_recipe_states_how_it_differs_from_paper_bs():
     assert recipe_deviation(paper) == "paper B's"
 
 
-def test_the_sensitivity_table_says_when_the_tolerance_turns_the_verdict():
+def test_the_sensitivity_table_says_when_the_tolerance_turns_the_verdict(monkeypatch):
     def with_table(r, found):
         c = conv(r, useful=found[0.01])
         c["nominal_mean"] = float(r)
@@ -108,16 +110,26 @@ def test_the_sensitivity_table_says_when_the_tolerance_turns_the_verdict():
             for t, u in found.items()]
         return c
 
-    x = inputs({"bb4": with_table(4, {0.003: 4, 0.01: 3}),
-                "bb": with_table(8, {0.003: 8, 0.01: 5})}, main="bb", second="bb4")
+    def judged(x):
+        """The claims stage's saturation row on these metrics, as claims.json holds it:
+        the report draws its table from that record and judges nothing itself."""
+        j = paper_b._Judging(x.conv, x.pol, [x.main, x.second], x.criteria)
+        record = paper_b._saturation_row(j).record()
+        monkeypatch.setattr(tables_b, "claims",
+                            lambda: {"paper_b": [{**record, "id": "B.saturation"}]})
+        return x
+
+    x = judged(inputs({"bb4": with_table(4, {0.003: 4, 0.01: 3}),
+                       "bb": with_table(8, {0.003: 8, 0.01: 5})}, main="bb", second="bb4"))
     table, line = sensitivity_table(x)
     assert table["tolerance"].tolist() == ["0.003 nats", "0.01 nats"]
     assert table["verdict"].tolist() == ["holds", "contradicted"]
     assert table["bb regime"].tolist() == ["in the paper's regime",
                                            "outside the paper's regime"]
     assert line == "**The saturation verdict changes with the tolerance** (contradicted, holds)."
-    steady = inputs({"bb4": with_table(4, {0.003: 4, 0.01: 4}),
-                     "bb": with_table(8, {0.003: 8, 0.01: 8})}, main="bb", second="bb4")
+    steady = judged(inputs({"bb4": with_table(4, {0.003: 4, 0.01: 4}),
+                            "bb": with_table(8, {0.003: 8, 0.01: 8})}, main="bb",
+                           second="bb4"))
     assert sensitivity_table(steady)[1].endswith("every tolerance: holds.")
     assert sensitivity_table(inputs({"bb": conv(8)}, main="bb"))[1].startswith(
         "The saturation test needs two backbones")
@@ -125,9 +137,9 @@ def test_the_sensitivity_table_says_when_the_tolerance_turns_the_verdict():
 
 def test_worst_step_is_the_step_that_helps_least():
     steps = {"k1": iv(-0.3), "k2": iv(0.02, -0.01, 0.05), "k3": iv(-0.05)}
-    k, found = worst_step({"steps": steps})
+    k, found = worst_step(Elasticity.of({"steps": steps}))
     assert k == 2 and found.value == 0.02
-    assert worst_step({"steps": {}}) is None
+    assert worst_step(Elasticity.of({"steps": {}})) is None
     row = elasticity_table(inputs({"bb": conv(4, steps)})).iloc[0]
     assert row["worst step CE(k+1) - CE(k)"] == "k = 2: 0.02 [-0.01, 0.05]"
     assert row["CE(1)"] == 4.0 and row["CE(R)"] == 3.25

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from loopscope.judge.criteria import Criteria
+from loopscope.judge.metrics_b import ConvergenceMetrics, Elasticity
 from loopscope.judge.verdicts import Comparison, widened
 from loopscope.measure.intervals import Interval
 from loopscope.weights.config import CellConfig
@@ -30,9 +32,14 @@ class Backbone:
     pol: dict[str, Any] | None = None
     p: Criteria = field(default_factory=lambda: Criteria({"regime": 0.75}))
 
+    @cached_property
+    def metrics(self) -> ConvergenceMetrics:
+        """Its convergence metrics, typed (loopscope.judge.metrics_b)."""
+        return ConvergenceMetrics(self.conv)
+
     @property
     def r(self) -> int:
-        return int(self.conv["r"])
+        return self.metrics.r
 
     @property
     def m(self) -> float:
@@ -51,12 +58,12 @@ class Backbone:
     @property
     def useful(self) -> Interval:
         """The useful depth (the share-of-gain rule, loopscope.measure.convergence)."""
-        return Interval.of(self.conv["saturation"]["useful_depth_iv"])
+        return Interval.of(self.metrics.saturation.useful_depth_iv)
 
     @property
     def useful_shares(self) -> str:
         """The share of resamples at each useful depth, e.g. "5: 62%, 4: 38%"."""
-        return shares(self.conv["saturation"].get("useful_depth_shares", {}))
+        return shares(self.metrics.saturation.shares)
 
     @property
     def depth_use(self) -> str:
@@ -111,7 +118,7 @@ class Backbone:
         """This backbone with its convergence loop read at another KL epsilon (one the
         convergence stage measured: `by_epsilon`)."""
         found = [c for c in self.conv.get("by_epsilon", [])
-                 if math.isclose(c["epsilon"], epsilon, rel_tol=1e-9)]
+                 if math.isclose(float(c["epsilon"]), epsilon, rel_tol=1e-9)]
         if not found:
             raise KeyError(f"{self.name}: no convergence measured at KL epsilon {epsilon:g}")
         return replace(self, conv={**self.conv, "convergence": found[0]})
@@ -125,10 +132,9 @@ class Backbone:
             **sat, "useful_depth_iv": row["useful_depth_iv"]}})
 
 
-def shares(found: dict[str, float]) -> str:
-    """{"k5": 0.62, "k4": 0.38} -> "5: 62%, 4: 38%" (most frequent first)."""
-    return ", ".join(f"{k[1:]}: {v:.0%}" for k, v in
-                     sorted(found.items(), key=lambda kv: -kv[1]))
+def shares(found: dict[int, float]) -> str:
+    """{5: 0.62, 4: 0.38} -> "5: 62%, 4: 38%" (most frequent first)."""
+    return ", ".join(f"{k}: {v:.0%}" for k, v in sorted(found.items(), key=lambda kv: -kv[1]))
 
 
 def recipe_deviation(cfg: CellConfig) -> str:
@@ -143,12 +149,12 @@ def recipe_deviation(cfg: CellConfig) -> str:
     return "; ".join(found) or "paper B's"
 
 
-def steps(elasticity: dict[str, Any]) -> dict[int, Interval]:
-    """CE(k+1) - CE(k) for each step k < R of a backbone's metrics' `elasticity`."""
-    return {int(k[1:]): Interval.of(v) for k, v in elasticity["steps"].items()}
+def steps(elasticity: Elasticity) -> dict[int, Interval]:
+    """CE(k+1) - CE(k) for each step k < R of a backbone's elasticity."""
+    return {k: Interval.of(v) for k, v in elasticity.steps.items()}
 
 
-def worst_step(elasticity: dict[str, Any]) -> tuple[int, Interval] | None:
+def worst_step(elasticity: Elasticity) -> tuple[int, Interval] | None:
     """The step k -> k+1 up to R that helps least (largest CE(k+1) - CE(k)): where
     monotone improvement breaks first, if anywhere. None: no step measured (R = 1)."""
     found = steps(elasticity)

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loopscope.judge.backbone import STATES, Backbone, shares, steps, worst_step
+from loopscope.judge.backbone import Backbone, shares, steps, worst_step
 from loopscope.judge.criteria import Criteria, specification
+from loopscope.judge.metrics_b import ConvergenceMetrics
 from loopscope.judge.settling import settled
 from loopscope.judge.verdicts import (
     FEW_SEEDS,
@@ -23,7 +24,6 @@ from loopscope.judge.verdicts import (
     at_most,
     below,
     claim,
-    decide,
     effect,
     inside,
     negligible,
@@ -56,12 +56,11 @@ def elasticity(b: Backbone) -> Claim:
     """Paper B: "monotone improvement from 1 to 8". Monotone: no step k -> k+1 up to R
     makes CE worse by more than flat_nats, and the second half of the depth still helps
     (CE(R/2) - CE(R) above flat_nats): one gain from 1 to R is not monotone."""
-    e, flat = b.conv["elasticity"], b.p.flat_nats
-    tests = [b.test(f"CE({k + 1}) - CE({k})", e["steps"][f"k{k}"], at_most, flat,
-                    unit="nats")
+    e, flat = b.metrics.elasticity, b.p.flat_nats
+    tests = [b.test(f"CE({k + 1}) - CE({k})", e.steps[k], at_most, flat, unit="nats")
              for k in sorted(steps(e))]
-    tests.append(b.test(f"CE({e['half_depth']}) - CE(R) - {flat:g}",
-                        _shifted(e["half_gain"], flat), effect, 1, unit="nats"))
+    tests.append(b.test(f"CE({e.half_depth}) - CE(R) - {flat:g}",
+                        _shifted(e.half_gain, flat), effect, 1, unit="nats"))
     worst = worst_step(e)
     worst_text = (f"; worst step CE({worst[0] + 1}) - CE({worst[0]}) {worst[1]}"
                   if worst is not None else "")
@@ -70,42 +69,41 @@ def elasticity(b: Backbone) -> Claim:
         "monotone improvement from 1 to 8",
         f"every step CE(k+1) - CE(k), k < R, below +{flat:g} nats (upper bound), and "
         f"CE(R/2) - CE(R) above {flat:g} nats (lower bound); paired intervals",
-        f"CE(1) - CE(R) {Interval.of(e['gain'])}; CE({e['half_depth']}) - CE(R) "
-        f"{Interval.of(e['half_gain'])}{worst_text} nats", tests, key="elasticity",
+        f"CE(1) - CE(R) {Interval.of(e.gain)}; CE({e.half_depth}) - CE(R) "
+        f"{Interval.of(e.half_gain)}{worst_text} nats", tests, key="elasticity",
         source=f"{RESULTS}: 'a monotone quality improvement from depth 1 to 8'")
 
 
 def flat_past_r(b: Backbone) -> Claim:
     """Paper B: "flat (3.20 nats) up to 32". Flat means every depth past R, not the
     last one alone: the largest |CE(D) - CE(R)| over D = R..4R inside flat_nats."""
-    e = b.conv["elasticity"]
+    e = b.metrics.elasticity
     return claim(
-        f"Past R the loss is flat [{b.name}]: CE(D) ~ CE(R) for D = R..{b.conv['max_depth']}, "
+        f"Past R the loss is flat [{b.name}]: CE(D) ~ CE(R) for D = R..{b.metrics.max_depth}, "
         f"{b.depth}", "flat at 3.20 nats from 8 to 32",
         f"max over D of |CE(D) - CE(R)| inside {b.p.flat_nats:g} nats (interval)",
-        f"{Interval.of(e['flat'])} nats (largest at D = {e['flat_depth']}); CE(max D) - CE(R) "
-        f"{Interval.of(e['tail'])}",
-        [b.test("max |CE(D) - CE(R)|", e["flat"], negligible, b.p.flat_nats, unit="nats")],
+        f"{Interval.of(e.flat)} nats (largest at D = {e.flat_depth}); CE(max D) - CE(R) "
+        f"{Interval.of(e.tail)}",
+        [b.test("max |CE(D) - CE(R)|", e.flat, negligible, b.p.flat_nats, unit="nats")],
         key="flat_past_r", source=f"{RESULTS}: 'the validation loss stabilizes (3.20 nats) "
         "even up to 32 loops'")
 
 
 def kl_decay(b: Backbone) -> Claim:
     """Paper B: mean KL(p_i || p_{i-1}) 3.9e-1 at loop 2 -> 8.5e-6 at loop 16 (2R)."""
-    k = b.conv["kl_decay"]
+    k = b.metrics.kl_decay
     lo, hi = PAPER_KL_DECADES / b.p.kl_factor, PAPER_KL_DECADES * b.p.kl_factor
-    kl = b.conv["kl"]
+    kl = b.metrics.kl
     return claim(
         f"Successive outputs converge [{b.name}]: mean KL(p_i || p_(i-1)) falls from loop "
-        f"{k['from']} to loop {k['to']} (2R, {b.depth})",
+        f"{k.start} to loop {k.end} (2R, {b.depth})",
         "3.9e-1 -> 8.5e-6 (R = 8: loops 2 -> 16)",
         f"log10 KL(2R) / KL(2) < 0 (interval); magnitude: within {b.p.kl_factor:g}x of the "
         f"paper's {PAPER_KL_DECADES:.2f} decades, a log10 ratio in [{-hi:.2f}, {-lo:.2f}] "
         "(interval)",
-        f"{kl['k' + str(k['from'])]:.2e} -> {kl['k' + str(k['to'])]:.2e}; log10 ratio "
-        f"{Interval.of(k['log10_ratio'])}",
-        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], effect, -1, unit="log10 ratio")],
-        [b.test("log10 KL(2R) / KL(2)", k["log10_ratio"], inside, -hi, -lo, unit="log10 ratio",
+        f"{kl[k.start]:.2e} -> {kl[k.end]:.2e}; log10 ratio {Interval.of(k.log10_ratio)}",
+        [b.test("log10 KL(2R) / KL(2)", k.log10_ratio, effect, -1, unit="log10 ratio")],
+        [b.test("log10 KL(2R) / KL(2)", k.log10_ratio, inside, -hi, -lo, unit="log10 ratio",
                 paper=-PAPER_KL_DECADES)],
         key="kl_decay", source=f"{RESULTS}: mean KL 3.9e-1 at loop 2 to 8.5e-6 at loop 16")
 
@@ -121,10 +119,10 @@ def state_decay(b: Backbone) -> Claim:
     (loopscope.judge.settling). The late decay per loop, the two-step change, the mean
     KL's odd/even alternation and the shares of cycling and drifting tokens stand
     beside."""
-    s, ch, p = b.conv["state_decay"], b.conv["state_change"], b.p
+    s, ch, p = b.metrics.state_decay, b.metrics.state_change, b.p
     text = f"The state change per loop decays to a fixed point, not a cycle [{b.name}]"
     paper = "decays: 'the system reaches a fixed point instead of turning in vain'"
-    crit = (f"log10 of the mean relative change at loop {s['to']} / at loop R < 0 (log10 "
+    crit = (f"log10 of the mean relative change at loop {s.end} / at loop R < 0 (log10 "
             f"ratio); over the late window (the last {p.late_window:g}R loops): the floor c "
             f"of c + a rho^j fitted to the mean relative change below {p.floor_share:g} x "
             "the mean change at D (ratio; a fixed point's floor is 0), and at least "
@@ -138,15 +136,15 @@ def state_decay(b: Backbone) -> Claim:
                          "metrics or per-token table: rerun its convergence stage")
     w, c = found.window, b.conv["cycle"]
     value = (
-        f"{ch['k' + str(s['from'])]:.2e} -> {ch['k' + str(s['to'])]:.2e}; log10 ratio "
-        f"{Interval.of(s['log10_ratio'])}; {found.loops}: floor {Interval.of(w['floor'])} "
+        f"{ch[s.start]:.2e} -> {ch[s.end]:.2e}; log10 ratio "
+        f"{Interval.of(s.log10_ratio)}; {found.loops}: floor {Interval.of(w['floor'])} "
         f"(rho {w['rho']:g}), {Interval.of(w['floor_share'])} of the change at D; tokens "
         f"{found.text()}; late decay per loop {Interval.of(c['late_decay_per_loop'])}; "
         f"two-step / one-step change {Interval.of(w['two_step_ratio'])}; mean KL odd / "
         f"even (log10) {Interval.of(w['kl_alternation'])}")
     return claim(
         text, paper, crit, value,
-        [b.test("log10 change(4R) / change(R)", s["log10_ratio"], effect, -1,
+        [b.test("log10 change(4R) / change(R)", s.log10_ratio, effect, -1,
                 unit="log10 ratio"), found.floor_test(b), found.share_test(b)],
         key="state_decay", source=f"{RESULTS}: 'the state change decays per step, "
         "confirming a fixed point rather than turning in vain'")
@@ -190,21 +188,21 @@ def median_convergence(b: Backbone) -> Claim:
     (KL below epsilon from that loop on, through the largest depth measured) is the
     definition judged; A1's exit loop (the first loop KL drops below epsilon) is shown
     beside it: it is what the exit rule acts on, and is never later."""
-    c, r, half = b.conv["convergence"], b.r, b.p.median_band
-    ratio = {k: v / r for k, v in c["median_loop"].items() if k in ("value", "lo", "hi")}
+    c, r, half = b.metrics.convergence, b.r, b.p.median_band
+    ratio = {k: v / r for k, v in c.median_loop.items() if k in ("value", "lo", "hi")}
     lo, hi = PAPER_MEDIAN - half, PAPER_MEDIAN + half
     return claim(
-        f"The median token converges before R [{b.name}] (epsilon {c['epsilon']:g}, "
+        f"The median token converges before R [{b.name}] (epsilon {c.epsilon:g}, "
         f"{b.depth})", "median loop 6 at R = 8",
         "median convergence loop (KL stays below epsilon from it on) < R (interval); "
         f"magnitude: inside [{lo:g}, {hi:g}] x R, the paper's {PAPER_MEDIAN:g} R +- "
         f"{half:g} R (interval)",
-        f"convergence loop {Interval.of(c['median_loop'])} (resamples: "
-        f"{shares(c.get('median_loop_shares', {}))}); A1's exit loop (first drop below "
-        f"epsilon) {Interval.of(c['median_exit_loop'])} (resamples: "
-        f"{shares(c.get('median_exit_loop_shares', {}))})",
-        [b.test("median convergence loop", c["median_loop"], below, r, unit="loops")],
-        [b.test("median convergence loop / R", {**c["median_loop"], **ratio}, inside, lo, hi,
+        f"convergence loop {Interval.of(c.median_loop)} (resamples: "
+        f"{shares(c.median_loop_shares)}); A1's exit loop (first drop below "
+        f"epsilon) {Interval.of(c.median_exit_loop)} (resamples: "
+        f"{shares(c.median_exit_loop_shares)})",
+        [b.test("median convergence loop", c.median_loop, below, r, unit="loops")],
+        [b.test("median convergence loop / R", {**c.median_loop, **ratio}, inside, lo, hi,
                 unit="share of R", paper=PAPER_MEDIAN)],
         key="median_convergence", source=f"{FINDINGS}: 'the median token converges at the "
         "sixth loop'")
@@ -212,7 +210,7 @@ def median_convergence(b: Backbone) -> Claim:
 
 def tail(b: Backbone) -> Claim:
     """Paper B: "a tail of about 10% of tokens continues updating" at the training mean."""
-    share, band = b.conv["convergence"]["share_after_r"], b.p.tail_band
+    share, band = b.metrics.convergence.share_after_r, b.p.tail_band
     lo, hi = PAPER_TAIL / band, PAPER_TAIL * band
     return claim(
         f"A tail of tokens is still updating at R [{b.name}] ({b.depth})", "~10%",
@@ -390,7 +388,7 @@ def saturation(backbones: list[Backbone]) -> Claim:
     8 -> 8. It is a claim about two backbones: with one, nothing is tested. Judged on
     its own criterion: a backbone whose useful depth falls short contradicts it, and
     the regime marks beside it explain nothing away. Its specification curve runs over
-    the sensitivity table's tolerances too (sensitivity)."""
+    the sensitivity table's tolerances too (_saturation_row)."""
     text = "Useful depth saturates at the training-mean depth"
     paper = "mean 4 -> 4, mean 8 -> 8"
     regime = backbones[0].p.regime if backbones else 0.75
@@ -401,7 +399,8 @@ def saturation(backbones: list[Backbone]) -> Claim:
         return replace(not_shown(text, paper, crit.format(share="a share"), "needs two "
                                  f"backbones of different R; this run has {len(backbones)}"),
                        key="saturation")
-    share = backbones[0].conv["saturation"].get("share", float("nan"))
+    share = backbones[0].metrics.saturation.share
+    share = float("nan") if share is None else share
     return claim(text, paper, crit.format(share=f"{share:.0%}"),
                  "; ".join(f"{b.name}: m = {b.m:g} -> {b.useful} (resamples: "
                            f"{b.useful_shares})" for b in backbones),
@@ -413,24 +412,6 @@ def saturation(backbones: list[Backbone]) -> Claim:
 def _tolerance(row: dict[str, Any]) -> str:
     t = row["tolerance"]
     return f"{t:g} nats" if row["kind"] == "nats" else f"{t:.0%} of the gain"
-
-
-def sensitivity(backbones: list[Backbone]) -> list[dict[str, Any]]:
-    """The saturation verdict and each backbone's useful depth and regime at every
-    tolerance of the convergence stage's sensitivity table (rows in its order)."""
-    tables = [{(r["kind"], r["tolerance"]): r for r in b.conv["saturation"].get("sensitivity",
-                                                                                   [])}
-              for b in backbones]
-    rows = []
-    for key in [k for k in tables[0] if all(k in t for t in tables)]:
-        useful = [Interval.of(t[key]["useful_depth_iv"]) for t in tables]
-        tests = _saturates(backbones, useful, backbones[0].p.regime)
-        row = {"tolerance": _tolerance(tables[0][key]), "verdict": decide(tests)}
-        for b, i in zip(backbones, useful, strict=True):
-            row[b.name] = f"{i.value:g} [{i.lo:g}, {i.hi:g}]"
-            row[f"{b.name} regime"] = STATES[b.state(i)]
-        rows.append(row)
-    return rows
 
 
 def _extension(found: Claim, extends: str = "") -> Claim:
@@ -549,7 +530,7 @@ def _epsilons(j: _Judging, judge: Callable[[Backbone], Claim], row: Row, main: s
               ) -> list[Extra]:
     """The KL epsilon of the convergence loop as a swept parameter of the rows that
     read it, at the values the convergence stage measured (by_epsilon)."""
-    measured = [c["epsilon"] for c in j.conv[main].get("by_epsilon", [])]
+    measured = [c.epsilon for c in ConvergenceMetrics(j.conv[main]).by_epsilon]
     if judge.__name__ not in AT_EPSILON or not measured:
         return []
     return [("KL epsilon", measured,
@@ -562,13 +543,26 @@ def _saturation_row(j: _Judging) -> Claim:
     sensitivity table's tolerances of the useful depth, with the seed rule."""
     def row(backbones: list[Backbone]) -> Claim:
         return saturation([*backbones[1:], backbones[0]])
-    keys = [(r["kind"], r["tolerance"]) for r in
-            j.conv[j.names[0]]["saturation"].get("sensitivity", [])]
+    keys = [t.key for t in ConvergenceMetrics(j.conv[j.names[0]]).saturation.sensitivity]
     labels = [_tolerance({"kind": k, "tolerance": t}) for k, t in keys]
+    def at(label: str) -> Callable[[Backbone], Backbone]:
+        return lambda b: b.at_tolerance(keys[labels.index(label)])
     extra = [("useful depth's tolerance", labels,
-              lambda label: j.moved(row, j.names,
-                                    lambda b: b.at_tolerance(keys[labels.index(label)])))]
-    return j.curve(row, j.names, extra if keys else [])
+              lambda label: j.moved(row, j.names, at(label)))]
+    found = j.curve(row, j.names, extra if keys else [])
+    found.facts["tolerances"] = [_at_tolerance(j, row, label, at(label)) for label in labels]
+    return found
+
+
+def _at_tolerance(j: _Judging, row: Row, label: str, move: Callable[[Backbone], Backbone]
+                  ) -> dict[str, Any]:
+    """The saturation row at one tolerance of the sensitivity table, as the report's
+    table shows it: the verdict (with the seed rule, as the specification curve judges
+    it) and each backbone's useful depth and regime state there."""
+    moved = [move(b) for b in j.at(j.base.fresh())]
+    return {"tolerance": label, "verdict": j.moved(row, j.names, move).verdict,
+            "backbones": [{"backbone": b.name, "useful_depth": b.useful.to_dict(),
+                           "state": b.state()} for b in moved]}
 
 
 def _marked(c: Claim, read: list[Backbone]) -> Claim:

@@ -128,7 +128,7 @@ class Settled:
         D (a fixed point's floor is zero), or below the rounding floor where that is the
         larger share of it (a mean change at working precision has nothing left to
         decay)."""
-        last = b.conv["state_change"].get(f"k{self.window['to']}", 0.0)
+        last = b.metrics.state_change.get(int(self.window["to"]), 0.0)
         limit = max(b.p.floor_share, self.rounding / last if last > 0 else math.inf)
         return b.test(f"floor of the mean change / mean change at D ({self.loops})",
                       self.window["floor_share"], below, limit, unit="ratio")

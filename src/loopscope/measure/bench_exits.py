@@ -19,7 +19,7 @@ The same ratio against depth R sits beside it (`_vs_r`).
 
     realized        time of uniform depth B / time of the policy (the headline)
     flop_speedup    FLOPs of uniform depth B / FLOPs of the same exit decisions, checks
-                    included (LoopedLM.cost: attention at the mean query position). Not a
+                    included (LoopedModel.cost: attention at the mean query position). Not a
                     ceiling on `realized`: time is not proportional to FLOPs at this size
                     (at batch 1 a KL check costs less time than its FLOPs say, and A1
                     realizes more than its FLOP speedup)
@@ -65,11 +65,11 @@ from loopscope.base.errors import ParamsError
 from loopscope.base.machine import cpu_model
 from loopscope.measure import ledger, runtime
 from loopscope.measure.exits import Policy, Uniform, make
+from loopscope.measure.looped import LoopedModel
 from loopscope.measure.masked import flops_per_token, masked_forward
 from loopscope.measure.rounds import checked_rounds, interleaved, timed_round, top_ops
 from loopscope.measure.rules import TIMED
-from loopscope.measure.runs import Windows, measuring_threads, trained_runs
-from loopscope.weights.model import LoopedLM
+from loopscope.measure.runs import Windows, measuring_threads, runs_of
 from loopscope.weights.params import View
 
 # The keys the benchmark reads (the bench_exits stage's params)
@@ -104,7 +104,7 @@ def matched_policies(metrics: dict[str, Any], first: int, every: int) -> dict[st
             and metrics[rule]["mean_loops"] < reference}
 
 
-def calibrate(model: LoopedLM, x: torch.Tensor, h0: torch.Tensor | None,
+def calibrate(model: LoopedModel, x: torch.Tensor, h0: torch.Tensor | None,
               reads_logits: bool, repeats: int = 5) -> dict[str, Any]:
     """Measured seconds of one runtime loop and one check readout at several numbers of
     active tokens (random, spread over the batch), and of the work every token does
@@ -115,7 +115,7 @@ def calibrate(model: LoopedLM, x: torch.Tensor, h0: torch.Tensor | None,
     for frac in (1.0, 0.75, 0.5, 0.3, 0.15, 0.08, 0.04):
         active = (torch.rand(x.shape, generator=g) < frac).to(x.device)
         active.view(-1)[0] = True
-        jobs = {"loop": lambda a=active: scorer.advance(runtime.Layout.of(a))}
+        jobs = {"loop": lambda a=active: scorer.advance(runtime.Layout.of(a), 2)}
         if reads_logits:
             jobs["check"] = lambda a=active: scorer.logits(runtime.Layout.of(a))
         got = interleaved(jobs, repeats)
@@ -166,7 +166,7 @@ def timed(time_round: Callable[[int], dict[str, float]], r: int, b: int, repeats
                             "extended": checked.extended}}
 
 
-def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedLM, r: int, b: int
+def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedModel, r: int, b: int
             ) -> None:
     """The ratios of one mode (module doc): the policies' median seconds and FLOPs
     against uniform depth b's (the honest baseline) and depth R's."""
@@ -178,7 +178,7 @@ def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedLM, r: in
                 "flop_speedup_vs_r": speedups(cost.uniform(r), flops)})
 
 
-def scoring(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b: int,
+def scoring(model: LoopedModel, w: Windows, policies: dict[str, Policy], r: int, b: int,
             batch: int, repeats: int, bar: tqdm | None = None) -> dict[str, Any]:
     """Teacher-forced scoring of the windows: uniform depths R and b (plain forward
     passes), every policy through the runtime, and A1 through the masked forward."""
@@ -239,7 +239,7 @@ def _checks_per_loop(rn: runtime.ScoreRun, policy: Policy, r: int) -> list[int]:
             if loop < r and policy.checks_at(loop)]
 
 
-def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b: int,
+def decoding(model: LoopedModel, w: Windows, policies: dict[str, Policy], r: int, b: int,
              streams: int, tokens: int, repeats: int, bar: tqdm | None = None
              ) -> dict[str, Any]:
     """Token-by-token decoding, teacher-forced on the first `streams` windows cut to
@@ -268,7 +268,7 @@ def decoding(model: LoopedLM, w: Windows, policies: dict[str, Policy], r: int, b
     return out
 
 
-def ledgers(model: LoopedLM, w: Windows, name: str, policy: Policy, r: int, b: int,
+def ledgers(model: LoopedModel, w: Windows, name: str, policy: Policy, r: int, b: int,
             batch: int, tokens: int, repeats: int, bar: tqdm | None = None
             ) -> dict[str, Any]:
     """Where the time goes (loopscope.measure.ledger), in each mode, for one policy at
@@ -309,7 +309,7 @@ def _median_ledgers(jobs: dict[str, Callable[[], Any]], repeats: int,
     return {n: sorted(c, key=lambda x: x["wall"])[len(c) // 2] for n, c in calls.items()}
 
 
-def profile(model: LoopedLM, w: Windows, policy: Policy, r: int, batch: int) -> list[dict]:
+def profile(model: LoopedModel, w: Windows, policy: Policy, r: int, batch: int) -> list[dict]:
     """Where one runtime scoring call spends its time."""
     xb, hb = w.x[:batch], None if w.h0 is None else w.h0[:batch]
     return top_ops(lambda: runtime.score(model, xb, policy, r, hb))
@@ -329,22 +329,25 @@ def not_timed(metrics: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None = None
-          ) -> dict[str, Any]:
+def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None = None,
+          outside_model: bool = False) -> dict[str, Any]:
     """The exit benchmark (module doc) on `cell`, whose policies stage wrote metrics
     (metrics/policies/<cell>.json). params: bench.repeats, bench.decode_tokens,
     convergence.windows, policies.first, .every and .batch_size (READS). A progress bar
-    counts the modes' rounds, then the ledger's modes."""
+    counts the modes' rounds, then the ledger's modes. outside_model: cell names an
+    outside model (its run reaches the runtime through the looped-model interface alone,
+    like a trained cell's)."""
     repeats = params.bench.repeats if repeats is None else repeats
     if repeats < MIN_REPEATS:
         raise ParamsError(f"--repeats is {repeats}; every mode is a median over at least "
                           f"{MIN_REPEATS} interleaved rounds.")
     r, m, b = (metrics["r"], metrics["uniform"]["matched_depth"],
                metrics["baseline_depth"])
-    first = next(trained_runs(cell))
-    tokens = min(params.bench.decode_tokens, first.cell.model.context)
+    first = next(runs_of(cell, outside_model))
+    tokens = min(params.bench.decode_tokens, first.context)
     model, cfg = first.model, params.policies
-    torch.set_num_threads(measuring_threads(cell) or first.cell.train.threads)
+    if first.cell is not None:  # an outside model runs on outside.<name>.threads
+        torch.set_num_threads(measuring_threads(cell) or first.cell.train.threads)
     sets = first.window_sets(params.convergence.windows, "convergence.windows")
     policies = matched_policies(metrics, cfg.first, cfg.every)
     report = sets["report"]

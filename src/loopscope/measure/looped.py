@@ -1,17 +1,21 @@
 """The looped-model interface: everything the measuring code needs from a model.
 
-A looped LM turns token ids into the loop's input e (`inputs`), starts from a state H_0
-(`initial_state`, drawn from a generator where the model's H_0 is random), and runs one
-shared core per loop: loop k starts from `carry(H_{k-1})` and returns H_k (`step`, which
-re-injects e, takes the loop index k and the tokens' positions, and one attention
-override per core block, `kv_blocks` of them, for per-token exits). Any loop's state
-decodes to next-token logits (`read`: the coda and the readout; `last` marks the final
-loop, whose readout may differ). The extract, paper A's depth sweep and clamp, paper B's
-trajectories and the masked forward of the exit rules use these and nothing else, so a
-model of another family, wrapped to this interface, gets every one of those diagnostics
-(docs/architecture.md shows a wrapper; tests/test_interface.py runs one with
-grouped-query heads, a random H_0, a loop-dependent core and a native exit score;
-loopscope.weights.huginn implements it for Huginn's released layout).
+A looped LM turns token ids into the loop's input e (`inputs`: the embedding and the
+prelude), starts from a state H_0 (`initial_state`, drawn from a generator where the
+model's H_0 is random), and runs one shared core per loop: loop k starts from
+`carry(H_{k-1})` and returns H_k (`step`, which re-injects e, takes the loop index k and
+the tokens' positions, and one attention override per core block, `kv_blocks` of them,
+for per-token exits). Any loop's state decodes to next-token logits (`read`: the coda
+and the readout; `last` marks the final loop, whose readout may differ). The prelude and
+the coda take attention overrides too (`prelude_blocks`, `coda_blocks` of them), so that
+the fast exit runtime (loopscope.measure.runtime) can run them on a few tokens at a time
+against cached keys and values. The extract, paper A's depth sweep and clamp, paper B's
+trajectories, the masked forward of the exit rules, the throughput timing and the exit
+runtime use these and nothing else, so a model of another family, wrapped to this
+interface, gets every one of those measurements (docs/architecture.md shows a wrapper;
+tests/test_interface.py runs one with grouped-query heads, a random H_0, a
+loop-dependent core and a native exit score; loopscope.weights.huginn implements it for
+Huginn's released layout).
 
 The attention override (KV) contract. A model that takes `kvs` calls, in core block i,
 kvs[i](q, k, v) -> y in place of its own attention, with
@@ -24,13 +28,15 @@ kvs[i](q, k, v) -> y in place of its own attention, with
   output; the override applies the causal mask itself (token t attends to the keys of
   tokens at positions <= t) and the scale 1 / sqrt(dh), as scaled_dot_product_attention
   with is_causal=True does.
-loopscope.measure.masked.MaskedKV is the reference: it keeps every token's keys and
-values and freezes an exited token's at its exit loop.
+A call may hold a subset of the tokens (the runtime's gathered active tokens, or one
+token per stream when decoding): T is then the tokens of the call, `positions` says
+where they sit, and the override, which holds the other tokens' keys and values, masks
+by those positions. loopscope.measure.masked.MaskedKV is the reference: it keeps every
+token's keys and values and freezes an exited token's at its exit loop; the runtime's
+GatherKV and LoopKV do the same on subsets.
 
 loopscope.weights.model.LoopedLM implements it. Its types (KV, LoopHook, Cost) are
-loopscope.weights.looped_types', re-exported here. The fast exit runtime
-(loopscope.measure.runtime) reaches into LoopedLM's blocks to skip work, and is not
-covered by the interface.
+loopscope.weights.looped_types', re-exported here.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class LoopedModel(Protocol):
     d_model: int  # the state's width
     context: int  # the longest window it takes
     kv_blocks: int  # attention overrides `step` takes: one per core block
+    prelude_blocks: int  # attention overrides `inputs` takes: one per prelude block
+    coda_blocks: int  # attention overrides `read` takes: one per coda block
     readout_eps: float  # eps of the readout's normalization (the radial floor); 0: none
     random_state: bool  # whether H_0 is drawn (initial_state reads its generator)
     # The depth it trained at: m, the training sampler's nominal mean (the depth paper
@@ -66,9 +74,11 @@ class LoopedModel(Protocol):
     # (loopscope.measure.exits.ExitScore reads it); None: the model has none
     exit_score: Callable[[Tensor], Tensor] | None
 
-    def inputs(self, idx: Tensor, positions: Tensor | None = None) -> Tensor:
+    def inputs(self, idx: Tensor, positions: Tensor | None = None,
+               kvs: list[KV] | None = None) -> Tensor:
         """Token ids (B, T) -> the loop's input e (B, T, d), re-injected every loop.
-        positions (T,) or (B, T): the tokens' positions (default 0 .. T - 1)."""
+        positions (T,) or (B, T): the tokens' positions (default 0 .. T - 1). kvs: an
+        attention override per prelude block (the module doc's contract)."""
 
     def initial_state(self, e: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """H_0 (B, T, d) for the input e; a random one (random_state) is drawn from
@@ -78,15 +88,18 @@ class LoopedModel(Protocol):
     def carry(self, h: Tensor, first: bool | Tensor = False) -> Tensor:
         """What loop k + 1 starts from, given H_k (first: h is H_0)."""
 
-    def step(self, h: Tensor, e: Tensor, kvs: list[KV] | None = None, k: int | None = None,
-             positions: Tensor | None = None) -> Tensor:
+    def step(self, h: Tensor, e: Tensor, kvs: list[KV] | None = None,
+             k: int | Tensor | None = None, positions: Tensor | None = None) -> Tensor:
         """One loop from carry(H_{k-1}): H_k. kvs: an attention override per core block
         (the module doc's contract), for tokens whose keys and values stay frozen at
-        their exit. k: the loop's index, 1-based (None: the model must not need it).
-        positions: as for inputs."""
+        their exit. k: the loop's index, 1-based, or a (B,) tensor of them where the
+        rows run different loops (the runtime's decoding batches streams at their own
+        loops); None: the model must not need it. positions: as for inputs."""
 
-    def read(self, h: Tensor, last: bool, positions: Tensor | None = None) -> Tensor:
-        """A loop's state (B, T, d) -> next-token logits (B, T, V)."""
+    def read(self, h: Tensor, last: bool, positions: Tensor | None = None,
+             kvs: list[KV] | None = None) -> Tensor:
+        """A loop's state (B, T, d) -> next-token logits (B, T, V). kvs: an attention
+        override per coda block (the module doc's contract)."""
 
     def reader(self) -> nn.Module:
         """The modules `read` runs (the coda and the readout), as one module whose

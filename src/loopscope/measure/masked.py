@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from loopscope.measure.exit_control import ExitControl, run
 from loopscope.measure.exits import Policy
 from loopscope.measure.looped import LoopedModel
 from loopscope.measure.signals import angle
@@ -89,7 +90,8 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
                    h0: torch.Tensor | None = None, replay: list[Loop] | None = None,
                    record: list[Loop] | None = None) -> ExitRun:
     """The exit semantics (module doc): run up to `cap` loops, exiting tokens as
-    the policy says; tokens still active after loop `cap` exit there.
+    the policy says (the control loop of loopscope.measure.exit_control); tokens still
+    active after loop `cap` exit there.
 
     record: a list that receives each loop while no token has exited. replay: such a
     list from a run of the same batch: while no token has exited, its loops are taken
@@ -98,15 +100,15 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
     e = model.inputs(idx)
     h = model.initial_state(e) if h0 is None else h0.to(e.dtype)
     kvs = [MaskedKV() for _ in range(model.kv_blocks)]
-    active = torch.ones(idx.shape, dtype=torch.bool, device=idx.device)
-    exit_loop = torch.full(idx.shape, cap, dtype=torch.long, device=idx.device)
-    checks = torch.zeros(idx.shape, dtype=torch.long, device=idx.device)
+    control = ExitControl(policy, cap, tuple(idx.shape), idx.device)
     last_angle = torch.zeros(idx.shape, dtype=torch.float32, device=idx.device)
     tokens = torch.arange(idx.numel(), device=idx.device)
-    policy.reset(idx.numel())
-    policy.begin(tokens, h.flatten(0, 1))
-    exited = False  # whether any token has exited yet
-    for loop in range(1, cap + 1):
+    control.begin(tokens, h.flatten(0, 1))
+    now = {"h": h, "angle": last_angle}
+
+    def advance(loop: int) -> None:
+        active, h = control.active, now["h"]
+        exited = not bool(active.all())  # whether any token has exited yet
         if not exited and replay is not None and loop <= len(replay):
             taken = replay[loop - 1]
             for kv, (k, v) in zip(kvs, taken.kv, strict=True):
@@ -119,20 +121,19 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
             turned = angle(h, new)
             if not exited and record is not None:
                 record.append(Loop(new, [(kv.k, kv.v) for kv in kvs], turned))
-        last_angle = torch.where(active, turned, last_angle)
-        h = torch.where(active[..., None], new, h)
-        if loop == cap or not policy.checks_at(loop):
-            continue
-        logits = model.read(h, last=True).flatten(0, 1) if policy.needs_logits else None
-        checks += active
-        loops = torch.full_like(tokens, loop)
-        leaving = policy.check(loops, h.flatten(0, 1), logits, tokens).view(idx.shape) & active
-        exit_loop[leaving] = loop
-        active &= ~leaving
-        exited = exited or bool(leaving.any())
-        if not active.any():
-            break
-    return ExitRun(model.read(h, last=True), h, exit_loop, checks, last_angle)
+        now["angle"] = torch.where(active, turned, now["angle"])
+        now["h"] = torch.where(active[..., None], new, h)
+
+    def checked() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        # every token, as the policies' state expects; the control counts the active
+        h = now["h"]
+        logits = model.read(h, last=True).flatten(0, 1) if control.needs_logits else None
+        return tokens, h.flatten(0, 1), logits
+
+    run(control, advance, checked)
+    h = now["h"]
+    return ExitRun(model.read(h, last=True), h, control.exit_loop, control.checks,
+                   now["angle"])
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """The tables, curves and sentences paper B's report (reports/convergence.ipynb) shows,
 computed from this run's outputs; the notebook displays them and draws them with
-loopscope.render.figures_b. Per-loop metrics are keyed "k1".."kD" (R: model.loops, the
-evaluation depth; D: the deepest depth measured)."""
+loopscope.render.figures_b. Paper B's metrics are read as typed records
+(loopscope.judge.metrics_b: per-loop series indexed by loop, 1..D; R: model.loops, the
+evaluation depth; D: the deepest depth measured), and the verdicts are the claims
+stage's (tables/claims.json), never judged again here."""
 
 from __future__ import annotations
 
@@ -12,14 +14,14 @@ import numpy as np
 import pandas as pd
 
 from loopscope.base import paths
-from loopscope.base.outputs import loop_order, read_json, read_metrics, read_table, require_output
-from loopscope.judge.backbone import Backbone, recipe_deviation, worst_step
+from loopscope.base.outputs import read_json, read_metrics, read_table, require_output
+from loopscope.judge.backbone import STATES, Backbone, recipe_deviation, worst_step
 from loopscope.judge.cells import cell_group, paper_b_backbones
 from loopscope.judge.criteria import Criteria
-from loopscope.judge.paper_b import sensitivity
+from loopscope.judge.metrics_b import ConvergenceMetrics, PolicyMetrics
 from loopscope.judge.settling import LABELS, Tokens, by_type, percent
 from loopscope.measure.intervals import Interval
-from loopscope.render.report_tables import criteria_values
+from loopscope.render.report_tables import claims, criteria_values
 from loopscope.weights.config import CellConfig, load_cell
 
 TYPE_ORDER = ("whitespace", "punctuation", "number", "function word", "content word")
@@ -48,6 +50,9 @@ class Inputs:
         return cls(cells, configs, {c: read_metrics("convergence", c) for c in cells},
                    {c: read_metrics("policies", c) for c in policy_cells}, backbones, main,
                    second, Criteria(criteria_values()))
+
+    def metrics(self, c: str) -> ConvergenceMetrics:  # typed: loopscope.judge.metrics_b
+        return ConvergenceMetrics(self.conv[c])
 
     def backbone(self, c: str) -> Backbone:
         return Backbone(c, self.conv[c], self.pol.get(c), self.criteria)
@@ -90,9 +95,9 @@ def elasticity_curves(x: Inputs) -> pd.DataFrame:
     """CE at each uniform depth, a row per backbone and depth, with the backbone's R."""
     rows = []
     for c in x.backbones:
-        depth, ce = loop_order(x.conv[c]["ce_at_depth"])
-        rows += [{"backbone": c, "depth": d, "ce": v, "r": x.conv[c]["r"]}
-                 for d, v in zip(depth, ce, strict=True)]
+        m = x.metrics(c)
+        rows += [{"backbone": c, "depth": d, "ce": v, "r": m.r}
+                 for d, v in m.ce_at_depth.items()]
     return pd.DataFrame(rows)
 
 
@@ -102,17 +107,17 @@ def elasticity_table(x: Inputs) -> pd.DataFrame:
     useful depth, with their intervals."""
     rows = []
     for c in x.backbones:
-        m, r = x.conv[c], x.conv[c]["r"]
-        e = m["elasticity"]
+        m = x.metrics(c)
+        e, r = m.elasticity, m.r
         worst = worst_step(e)
-        rows.append({"backbone": c, "R": r, "m (nominal mean)": m.get("nominal_mean"),
-                     "E[r] (training mean)": m.get("sampler_mean"),
-                     "CE(1)": m["ce_at_depth"]["k1"], "CE(R)": m["ce_at_depth"][f"k{r}"],
-                     "CE(1) - CE(R)": str(Interval.of(e["gain"])),
-                     "CE(R/2) - CE(R)": str(Interval.of(e["half_gain"])),
+        rows.append({"backbone": c, "R": r, "m (nominal mean)": m.nominal_mean,
+                     "E[r] (training mean)": m.sampler_mean,
+                     "CE(1)": m.ce_at_depth[1], "CE(R)": m.ce_at_depth[r],
+                     "CE(1) - CE(R)": str(Interval.of(e.gain)),
+                     "CE(R/2) - CE(R)": str(Interval.of(e.half_gain)),
                      "worst step CE(k+1) - CE(k)":
                          f"k = {worst[0]}: {worst[1]}" if worst else "-",
-                     "max |CE(D) - CE(R)|, D = R..4R": str(Interval.of(e["flat"])),
+                     "max |CE(D) - CE(R)|, D = R..4R": str(Interval.of(e.flat)),
                      "useful depth": str(x.backbone(c).useful)})
     return pd.DataFrame(rows)
 
@@ -122,8 +127,7 @@ def change_curves(x: Inputs) -> pd.DataFrame:
     mean relative state change, and whether the cell is a backbone (drawn bold)."""
     rows = []
     for c in x.cells:
-        kl = dict(zip(*loop_order(x.conv[c]["kl"]), strict=True))
-        change = dict(zip(*loop_order(x.conv[c]["state_change"]), strict=True))
+        kl, change = x.metrics(c).kl, x.metrics(c).state_change
         rows += [{"cell": c, "loop": i, "kl": kl.get(i), "state_change": change.get(i),
                   "backbone": c in x.backbones} for i in sorted({*kl, *change})]
     return pd.DataFrame(rows)
@@ -229,7 +233,7 @@ def exit_rules(p: dict[str, Any]) -> list[str]:
 
 def match_target(p: dict[str, Any]) -> float:
     """CE(R) + the matching margin: the CE a policy has to stay under on `report`."""
-    return p["uniform"]["ce"][f"k{p['r']}"] + p["match_nats"]
+    return PolicyMetrics(p).match_target
 
 
 def policy_intro(cell: str, p: dict[str, Any]) -> str:
@@ -245,11 +249,12 @@ def policy_table(p: dict[str, Any]) -> pd.DataFrame:
     """A row per policy at matched quality: uniform depth (A0) first, then each rule's
     chosen threshold, mean loops and CE - CE(R) with intervals, FLOPs against depth R
     and against uniform baseline depth, and the same at the rule's default threshold."""
-    r, base, u = p["r"], p["baseline_depth"], p["uniform"]
+    base, u, typed = p["baseline_depth"], p["uniform"], PolicyMetrics(p)
+    flops, matched = typed.uniform_flops, typed.matched_depth
     rows: list[dict[str, Any]] = [
-        {"policy": "uniform (A0)", "threshold": u["matched_depth"],
-         "mean loops": str(u["matched_depth"]), "CE - CE(R)": str(Interval.of(u["delta_ce"])),
-         "FLOPs / depth R": u["flops"][f"k{u['matched_depth']}"] / u["flops"][f"k{r}"]}]
+        {"policy": "uniform (A0)", "threshold": matched,
+         "mean loops": str(matched), "CE - CE(R)": str(Interval.of(u["delta_ce"])),
+         "FLOPs / depth R": flops[matched] / flops[typed.r]}]
     for rule in exit_rules(p):
         q = p[rule]
         if not q.get("matched"):
@@ -276,7 +281,7 @@ def saturation_curves(x: Inputs) -> pd.DataFrame:
     depth, its interval and the margin its rule allows (a share of CE(1) - CE(best))."""
     rows = []
     for c in x.backbones:
-        depth, ce = loop_order(x.conv[c]["ce_at_depth"])
+        depth, ce = zip(*x.metrics(c).ce_at_depth.items(), strict=True)
         gap = np.asarray(ce) - min(ce)
         sat, useful = x.conv[c]["saturation"], x.backbone(c).useful
         margin = sat["share"] * gap[0] if "share" in sat else None
@@ -288,15 +293,19 @@ def saturation_curves(x: Inputs) -> pd.DataFrame:
 
 
 def sensitivity_table(x: Inputs) -> tuple[pd.DataFrame, str]:
-    """The useful depth of each backbone of the saturation test, its regime mark and the
-    saturation verdict at every tolerance of the convergence stage's table, and a line
-    saying whether the verdict changes across it (the claims table's robustness mark on
-    the saturation row covers these tolerances too)."""
+    """The saturation row at every tolerance of the useful depth, as the claims stage
+    judged it (the row's `tolerances` in tables/claims.json; not judged again here): each
+    backbone's useful depth and regime there, the verdict, and whether it changes."""
     if x.main is None or x.second is None:
         return pd.DataFrame(), "The saturation test needs two backbones; this run has fewer."
-    rows = sensitivity([x.backbone(x.second), x.backbone(x.main)])
-    if not rows:
+    row = next((r for r in claims()["paper_b"] if r["id"] == "B.saturation"), {})
+    found = row.get("tolerances", [])
+    if not found:
         return pd.DataFrame(), "No sensitivity table in these metrics."
+    rows = [{"tolerance": t["tolerance"], "verdict": t["verdict"],
+             **{k: v for b in t["backbones"] for k, v in (
+                 (b["backbone"], str(Interval.of(b["useful_depth"]))),
+                 (f"{b['backbone']} regime", STATES[b["state"]]))}} for t in found]
     verdicts = {r["verdict"] for r in rows}
     line = (f"**The saturation verdict changes with the tolerance** "
             f"({', '.join(sorted(verdicts))})." if len(verdicts) > 1 else
@@ -332,7 +341,7 @@ def exit_shares(x: Inputs) -> pd.DataFrame:
     rows = []
     for c in x.cells:
         rows += [{"cell": c, "loop": k, "share": v}
-                 for k, v in zip(*loop_order(x.conv[c]["cross"]["exit_share"]), strict=True)]
+                 for k, v in x.metrics(c).exit_share.items()]
     return pd.DataFrame(rows)
 
 

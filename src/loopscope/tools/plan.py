@@ -145,10 +145,16 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     out.update({stage: v for stage, v in per_model.items() if stage not in out})
     bench = params.bench.cell or params.policies.cells[0]
     if name == bench:
-        full, jobs = c.prelude + k * (c.loop + c.readout), BENCH_POLICIES + 3
-        out["bench_exits"] = (jobs * (params.bench.repeats + 1) * params.convergence.windows
-                              * t * full)
+        out["bench_exits"] = bench_flops(params, c, t, k)
     return {stage: float(v) for stage, v in out.items()}
+
+
+def bench_flops(params: Params, c: Cost, t: int, k: int) -> float:
+    """The exit benchmark's forward FLOPs on a model of cost c (measuring_flops'
+    bench_exits): bench_exits on the bench cell, outside_bench_exits on an outside
+    model."""
+    full, jobs = c.prelude + k * (c.loop + c.readout), BENCH_POLICIES + 3
+    return float(jobs * (params.bench.repeats + 1) * params.convergence.windows * t * full)
 
 
 def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bool

@@ -26,7 +26,7 @@ from loopscope.weights import compute, outside
 from loopscope.weights.outside_config import OutsideConfig
 
 STAGES = ("outside_prepare", "outside_extract", "outside_diagnose", "outside_convergence",
-          "outside_policies")
+          "outside_policies", "outside_bench_exits")
 
 
 def batches(params: Params) -> dict[str, tuple[str, int, bool, bool]]:
@@ -36,7 +36,9 @@ def batches(params: Params) -> dict[str, tuple[str, int, bool, bool]]:
             "diagnose": ("diagnose.batch_size", params.diagnose.batch_size, False, True),
             "convergence": ("convergence.batch_size", params.convergence.batch_size, True,
                             False),
-            "policies": ("policies.batch_size", params.policies.batch_size, True, False)}
+            "policies": ("policies.batch_size", params.policies.batch_size, True, False),
+            # the exit runtime's scoring, at the policies' batch, reading logits
+            "bench_exits": ("policies.batch_size", params.policies.batch_size, True, False)}
 
 
 def assumed(cfg: OutsideConfig, device: str | None) -> tuple[str, bool]:
@@ -57,7 +59,7 @@ def plan_one(params: Params, cfg: OutsideConfig, device: str | None, tflops: flo
              roof_gflops: float | None) -> dict[str, Any]:
     """One outside model's plan (module doc); a ResourceError where a stage cannot fit
     on this machine's device."""
-    from loopscope.tools.plan import STAGE_SECONDS, TFLOPS, model_flops
+    from loopscope.tools.plan import STAGE_SECONDS, TFLOPS, bench_flops, model_flops
 
     model = outside.model_config(cfg)
     dev, bf16 = assumed(cfg, device)
@@ -73,8 +75,9 @@ def plan_one(params: Params, cfg: OutsideConfig, device: str | None, tflops: flo
             key = f"outside.{cfg.cell}.batch_size" if cfg.batch_size else key
             memory.check_forward(shape, run_on, batch, key, f"outside_{stage}", reads,
                                  float64_readout=f64, act_bytes=act)
-    flops = model_flops(params, outside.ADAPTERS[cfg.adapter].cost(model), shape.context,
-                        shape.loops, 1, True)
+    model_cost = outside.ADAPTERS[cfg.adapter].cost(model)
+    flops = model_flops(params, model_cost, shape.context, shape.loops, 1, True)
+    flops["bench_exits"] = bench_flops(params, model_cost, shape.context, shape.loops)
     if tflops is not None or dev == "cuda":
         rate, source = (tflops or TFLOPS) * 1e12, "given" if tflops else "assumed"
     else:

@@ -200,6 +200,13 @@ def cost(cfg: HuginnConfig) -> Cost:
                 readout=cfg.n_coda * block + 2 * d * cfg.vocab_size)
 
 
+def _overrides(kvs: list[KV] | None, blocks: int, part: str) -> None:
+    """A ValueError where a part is given another number of attention overrides than it
+    has blocks."""
+    if kvs is not None and len(kvs) != blocks:
+        raise ValueError(f"{len(kvs)} attention overrides for {blocks} {part} blocks")
+
+
 class HuginnLM(nn.Module):
     """Huginn's layout with the looped-model interface (loopscope.measure.looped).
 
@@ -253,6 +260,16 @@ class HuginnLM(nn.Module):
         return self.cfg.n_core
 
     @property
+    def prelude_blocks(self) -> int:
+        """Attention overrides `inputs` takes: one per prelude block."""
+        return self.cfg.n_prelude
+
+    @property
+    def coda_blocks(self) -> int:
+        """Attention overrides `read` takes: one per coda block."""
+        return self.cfg.n_coda
+
+    @property
     def readout_eps(self) -> float:
         """The eps of ln_f, which normalizes the state first thing in `read`."""
         return self.cfg.norm_eps
@@ -294,12 +311,15 @@ class HuginnLM(nn.Module):
             raise ValueError(f"positions give {positions.shape[-1]} tokens, the input {t}")
         return self.rotary.at(positions.to(device))
 
-    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """e (B, T, d): the scaled embedding through the prelude, re-injected every loop."""
+    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
+               kvs: list[KV] | None = None) -> torch.Tensor:
+        """e (B, T, d): the scaled embedding through the prelude, re-injected every
+        loop. kvs: one attention override per prelude block."""
+        _overrides(kvs, self.cfg.n_prelude, "prelude")
         rope = self._rope(idx.shape[1], positions, idx.device)
         e = self.transformer.wte(idx) * self.embed_scale
-        for block in self.transformer.prelude:
-            e = block(e, rope)
+        for i, block in enumerate(self.transformer.prelude):
+            e = block(e, rope, kvs[i] if kvs is not None else None)
         return e
 
     def initial_state(self, e: torch.Tensor, generator: torch.Generator | None = None
@@ -317,31 +337,32 @@ class HuginnLM(nn.Module):
         return h
 
     def step(self, h: torch.Tensor, e: torch.Tensor, kvs: list[KV] | None = None,
-             k: int | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+             k: int | torch.Tensor | None = None, positions: torch.Tensor | None = None
+             ) -> torch.Tensor:
         """One loop: H_k = core(adapter([h, e])). kvs: one attention override per core
         block (contract: Attention). k: the loop's index (1-based); Huginn's core
         takes its step and block index (block n_prelude + (k - 1) n_core + j) only to
         key its KV cache, so the state does not depend on it. positions: the tokens'
         rotary positions, as given to `inputs`."""
-        if k is not None and k < 1:
+        if k is not None and int(torch.as_tensor(k).min()) < 1:
             raise ValueError(f"the loop index k is 1-based, got {k}")
-        if kvs is not None and len(kvs) != self.cfg.n_core:
-            raise ValueError(f"{len(kvs)} attention overrides for {self.cfg.n_core} core blocks")
+        _overrides(kvs, self.cfg.n_core, "core")
         rope = self._rope(h.shape[1], positions, h.device)
         h = self.transformer.adapter(torch.cat([h, e], dim=-1))
         for i, block in enumerate(self.transformer.core_block):
             h = block(h, rope, kvs[i] if kvs is not None else None)
         return h
 
-    def read(self, h: torch.Tensor, last: bool = True, positions: torch.Tensor | None = None
-             ) -> torch.Tensor:
+    def read(self, h: torch.Tensor, last: bool = True, positions: torch.Tensor | None = None,
+             kvs: list[KV] | None = None) -> torch.Tensor:
         """A loop's state (B, T, d) -> logits (B, T, V), float32 or wider: ln_f, the
         coda, ln_f again, the head. Every loop reads the same way (last changes
-        nothing)."""
+        nothing). kvs: one attention override per coda block."""
+        _overrides(kvs, self.cfg.n_coda, "coda")
         rope = self._rope(h.shape[1], positions, h.device)
         x = self.transformer.ln_f(h)
-        for block in self.transformer.coda:
-            x = block(x, rope)
+        for i, block in enumerate(self.transformer.coda):
+            x = block(x, rope, kvs[i] if kvs is not None else None)
         return widened(F.linear(self.transformer.ln_f(x), self.head_weight))
 
     @property

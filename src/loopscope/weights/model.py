@@ -320,6 +320,16 @@ class LoopedLM(nn.Module):
         return len(self.core)
 
     @property
+    def prelude_blocks(self) -> int:
+        """Attention overrides `inputs` takes: one per prelude block."""
+        return len(self.prelude)
+
+    @property
+    def coda_blocks(self) -> int:
+        """Attention overrides `read` takes: one per coda block."""
+        return len(self.coda)
+
+    @property
     def readout_eps(self) -> float:
         """The eps of the normed readout's RMSNorm: the radial floor it leaves."""
         return self.norm_out.eps
@@ -339,12 +349,14 @@ class LoopedLM(nn.Module):
         """Forward FLOPs per token of this model's parts (see cost)."""
         return cost(self.cfg)
 
-    def read(self, h: torch.Tensor, last: bool, positions: torch.Tensor | None = None
-             ) -> torch.Tensor:
-        """Decode a loop's state to logits through the coda and the readout (positions:
-        unused, the coda's attention is causal over the tokens given)."""
-        for block in self.coda:
-            h = block(h)
+    def read(self, h: torch.Tensor, last: bool, positions: torch.Tensor | None = None,
+             kvs: list[KV] | None = None) -> torch.Tensor:
+        """Decode a loop's state to logits through the coda and the readout. kvs: one
+        attention override per coda block (the exit runtime's cached keys and values);
+        positions: unused, the coda's attention is causal over the tokens given or the
+        override's."""
+        for i, block in enumerate(self.coda):
+            h = block(h, kvs[i] if kvs is not None else None)
         return self.readout(h, last)
 
     def readout(self, z: torch.Tensor, last: bool) -> torch.Tensor:
@@ -354,10 +366,12 @@ class LoopedLM(nn.Module):
             z = self.norm_out(z)
         return self.head(z)
 
-    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
+               kvs: list[KV] | None = None) -> torch.Tensor:
         """The prelude's output e for token ids (B, T): what loop 1 starts from (embed)
         and what the core re-injects at every loop. positions (T,) or (B, T): the learned
-        position embedding's rows (default 0 .. T - 1)."""
+        position embedding's rows (default 0 .. T - 1). kvs: one attention override per
+        prelude block (the exit runtime's decoding cache)."""
         t = idx.shape[1]
         if t > self.cfg.context:
             raise ValueError(f"sequence length {t} exceeds model.context {self.cfg.context}")
@@ -365,8 +379,8 @@ class LoopedLM(nn.Module):
             positions = torch.arange(t, device=idx.device)
         e = self.embed(idx) + self.pos(positions)
         e = self.drop(e * self.embed_scale if self.embed_scale != 1.0 else e)
-        for block in self.prelude:
-            e = block(e)
+        for i, block in enumerate(self.prelude):
+            e = block(e, kvs[i] if kvs is not None else None)
         return e
 
     def initial_state(self, e: torch.Tensor, generator: torch.Generator | None = None
@@ -406,7 +420,8 @@ class LoopedLM(nn.Module):
         return torch.where(first[..., None], h, normed)
 
     def step(self, h: torch.Tensor, e: torch.Tensor, kvs: list[KV] | None = None,
-             k: int | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+             k: int | torch.Tensor | None = None, positions: torch.Tensor | None = None
+             ) -> torch.Tensor:
         """One loop: re-inject the prelude output, apply the shared core. h is the
         loop's input, carry(...) of the previous state (see carry); returns the loop's
         state H_k, before any inter-loop norm. kvs: one attention override per core

@@ -5,9 +5,10 @@ names reads the checkpoint directory into a model of the looped-model interface
 An adapter is a layout loopscope implements: its config reader (the checkpoint's
 config.json, without the weights: what `plan` and the memory checks size it by), its
 loader, its tokenizer reader and the end-of-text token its tokenizer separates
-documents with. Huginn's is loopscope.weights.huginn. Precision: fp32 on the CPU, bf16
-on a GPU (`precision: auto`; Huginn was trained and is evaluated in bf16); the norms,
-the rotary embedding and the logits compute in float32 either way.
+documents with. Huginn's is loopscope.weights.huginn, Ouro's loopscope.weights.ouro.
+Precision: fp32 on the CPU, bf16 on a GPU (`precision: auto`; Huginn was trained and
+is evaluated in bf16, Ouro is released in bf16); the norms, the rotary embedding and the
+logits compute in float32 either way.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import torch
 from tokenizers import Tokenizer
 
 from loopscope.base.errors import CheckpointError, ParamsError
-from loopscope.weights import huginn
+from loopscope.weights import huginn, ouro
 from loopscope.weights.huginn_config import HuginnConfig
 from loopscope.weights.looped_types import Cost
+from loopscope.weights.ouro_config import OuroConfig
 from loopscope.weights.outside_config import OutsideConfig
 
 
@@ -46,6 +48,8 @@ class Adapter:
 ADAPTERS: dict[str, Adapter] = {
     "huginn": Adapter(HuginnConfig.read, huginn.load_huginn, huginn.read_tokenizer,
                       "<|end_text|>", huginn.cost),
+    "ouro": Adapter(OuroConfig.read, ouro.load_ouro, ouro.read_tokenizer, "<|endoftext|>",
+                    ouro.cost),
 }
 
 
@@ -70,7 +74,7 @@ def model_config(cfg: OutsideConfig) -> Any:
 
 def depth(cfg: OutsideConfig) -> int:
     """R, the depth it is read at: outside.<name>.loops, else the checkpoint's own (its
-    config's mean_recurrence: Huginn's nominal mean)."""
+    config's mean_recurrence: Huginn's nominal mean, Ouro's total_ut_steps)."""
     return cfg.loops or int(model_config(cfg).mean_recurrence)
 
 

@@ -24,8 +24,9 @@ from typing import Any, Literal
 from loopscope.base.errors import ParamsError
 
 # The layouts loopscope reads, by adapter name (loopscope.weights.outside.ADAPTERS loads
-# each; tests/test_outside.py checks the two lists agree)
-Adapter = Literal["huginn"]
+# each; tests/test_outside.py checks the two lists agree): huginn (Huginn-0125), ouro
+# (ByteDance's Ouro-1.4B and Ouro-2.6B)
+Adapter = Literal["huginn", "ouro"]
 OutsideDevice = Literal["auto", "cpu", "cuda"]
 OutsidePrecision = Literal["auto", "fp32", "bf16"]
 
