@@ -348,3 +348,23 @@ def test_the_exit_runtime_runs_on_any_looped_model():
     assert 1 < len(ref.exit_loop.unique())  # the gate exits some tokens, not all
     for run in (score(m, x, gate, cap=3, h0=h0), generate(m, x, gate, cap=3, h0=h0)):
         assert torch.equal(run.exit_loop, ref.exit_loop)
+
+
+def test_the_exit_benchmark_runs_on_any_looped_model():
+    """bench_exits' modes (uniform depths, the runtime's scoring and decoding, the
+    masked forward) reach the model through the interface alone, so an outside model
+    gets the benchmark: on the grouped-query model every mode is timed, and uniform
+    depth is run_loops read out once."""
+    from loopscope.measure.bench_exits import decoding, scoring, uniform_depth
+    from loopscope.measure.runs import Windows
+
+    m, (x, y) = model(), windows(4, 12)
+    h0 = h0_of(m, 4)[:, :12]
+    w = Windows(x, y, np.arange(4) * 12, np.arange(4), h0)
+    rules = {"kl": KL(1e-3), "latent-diff": LatentDiff(0.3)}
+    out = scoring(m, w, rules, r=3, b=2, batch=2, repeats=3)
+    assert set(out["seconds"]) >= {"uniform 3", "uniform 2", "kl", "latent-diff"}
+    out = decoding(m, w, rules, r=3, b=2, streams=2, tokens=6, repeats=3)
+    assert set(out["seconds"]) >= {"uniform 3", "uniform 2", "kl", "latent-diff"}
+    _, states = run_loops(m, x, 3, h0)
+    torch.testing.assert_close(uniform_depth(m, x, 3, h0), m.read(states[-1], last=True))

@@ -65,7 +65,7 @@ from loopscope.base.errors import ParamsError
 from loopscope.base.machine import cpu_model
 from loopscope.measure import ledger, runtime
 from loopscope.measure.exits import Policy, Uniform, make
-from loopscope.measure.looped import LoopedModel
+from loopscope.measure.looped import LoopedModel, run_loops
 from loopscope.measure.masked import flops_per_token, masked_forward
 from loopscope.measure.rounds import checked_rounds, interleaved, timed_round, top_ops
 from loopscope.measure.rules import TIMED
@@ -102,6 +102,14 @@ def matched_policies(metrics: dict[str, Any], first: int, every: int) -> dict[st
     return {rule: make(rule, metrics[rule]["threshold"], first, every)
             for rule in TIMED if metrics.get(rule, {}).get("matched")
             and metrics[rule]["mean_loops"] < reference}
+
+
+def uniform_depth(model: LoopedModel, x: torch.Tensor, loops: int, h0: torch.Tensor | None
+            ) -> torch.Tensor:
+    """A plain forward pass at uniform depth `loops`, read out once at the last loop
+    (through the interface: what the exit runtime is timed against)."""
+    _, states = run_loops(model, x, loops, h0)
+    return model.read(states[-1], last=True)
 
 
 def calibrate(model: LoopedModel, x: torch.Tensor, h0: torch.Tensor | None,
@@ -197,8 +205,8 @@ def scoring(model: LoopedModel, w: Windows, policies: dict[str, Policy], r: int,
             "checks": [[int(c) for c in _checks_per_loop(rn, policy, r)] for rn in runs],
         }
     jobs: dict[str, Callable[[], Any]] = {  # one job when b is R
-        f"uniform {k}": (lambda k=k: [model(xb, loops=k, read="last", h0=hb)
-                                      for xb, _, hb in data]) for k in sorted({r, b})[::-1]}
+        f"uniform {k}": (lambda k=k: [uniform_depth(model, xb, k, hb) for xb, _, hb in data])
+        for k in sorted({r, b})[::-1]}
     for name, policy in policies.items():
         jobs[name] = (lambda p=policy: [runtime.score(model, xb, p, r, hb)
                                         for xb, _, hb in data])
