@@ -28,11 +28,12 @@ from collections import Counter
 from loopscope.base import paths
 from loopscope.base.errors import ParamsError
 from loopscope.base.files import atomic_write_bytes
-from loopscope.measure.rules import RULES
+from loopscope.measure.exit_rules.rules import RULES
 from loopscope.params import load_params
 from loopscope.preflight import memory
 from loopscope.preflight.disk import model_file_bytes, require_disk, resume_file_bytes
-from loopscope.weights import compute, outside
+from loopscope.released import outside
+from loopscope.weights import compute
 from loopscope.weights.config import CellConfig
 from loopscope.weights.outside_config import OutsideConfig
 from loopscope.weights.resolve import resolve_cell

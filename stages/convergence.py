@@ -12,31 +12,31 @@ resample documents, pooled over the cell's seeds.
 
 A position's token type (the `type` column and the statistics by type) is that of its
 target, the token it predicts, typed by the whole word it is part of in the text of
-the window (loopscope.measure.token_types.window_types; "special" for the end-of-text token,
-which the statistics leave out). The convergence loop of a position is that of its
-prediction, the next-token distribution whose KL between loops paper B reads and exits
+the window (loopscope.measure.trajectory.token_types.window_types; "special" for the
+end-of-text token, which the statistics leave out). The convergence loop of a position is that of
+its prediction, the next-token distribution whose KL between loops paper B reads and exits
 on, so its "whitespace shallowest, content words deepest" is about the tokens being
 predicted: typing the input would charge "the" with the depth it takes to predict the
 word after it. The token_id column is the input token.
 
-With --outside (stage outside_convergence@<name>): the same for an outside model's run
-(loopscope.measure.runs.outside_runs), its token types read through its own tokenizer
+For an outside model (stage outside_convergence@<name>, through stages/outside.py):
+the same for its run, its token types read through its own tokenizer
 (prepared_outside/<name>/tokenizer.json) over the same validation text.
 """
 
 import sys
 
 from loopscope.base import paths
-from loopscope.measure.convergence import (
+from loopscope.measure.params import load
+from loopscope.measure.runs import batch_for, map_runs, source_of, with_batch
+from loopscope.measure.save import write_outputs
+from loopscope.measure.trajectory.convergence import (
     RunConvergence,
     cell_metrics,
     cell_table,
     headline,
     measure_run,
 )
-from loopscope.measure.params import load
-from loopscope.measure.runs import batch_for, map_runs, with_batch
-from loopscope.measure.save import write_outputs
 from loopscope.weights.data import load_tokenizer
 
 READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows",
@@ -46,14 +46,13 @@ READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows
          "policies.cross_epsilon")
 
 
-def main(name: str, outside_model: bool = False) -> None:
+def main(name: str) -> None:
     params = load(READS)
     cfg, cross_epsilon = params.convergence, params.policies.cross_epsilon
-    if outside_model:
-        cfg = with_batch(cfg, batch_for(name, outside_model, cfg.batch_size))
+    cfg = with_batch(cfg, batch_for(name, cfg.batch_size))
+    outside_model = source_of(name) == "outside"
     tok = load_tokenizer(paths.outside_prepared(name) if outside_model else paths.PREPARED)
-    runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon,
-                                          outside_model=outside_model)
+    runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon)
     for run in runs:
         print(f"convergence {name} seed{run.seed}: {run.describe()}", flush=True)
     metrics = cell_metrics(runs, cfg, cross_epsilon, name)
@@ -62,4 +61,4 @@ def main(name: str, outside_model: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--outside" in sys.argv[2:])
+    main(sys.argv[1])

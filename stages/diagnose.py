@@ -12,25 +12,25 @@ runs in this process rather than paying a second start-up and model load per cel
 
 Writes metrics/diagnose/<cell>.json and, for the intervals the claims need,
 tables/diagnose/<cell>.parquet (one row per token and seed, with its resampling unit:
-see loopscope.measure.sweep.Measured and loopscope.measure.units) and tables/sweep/<cell>.parquet
-(per seed and unit, sums over its tokens). With several seeds, every metric pools the
-cell's runs; `ppl_at_depth_sd` / `norm_mean_sd` give the spread, and the claims'
+see loopscope.measure.per_loop.sweep.Measured and loopscope.stats.units) and
+tables/sweep/<cell>.parquet (per seed and unit, sums over its tokens). With several seeds, every
+metric pools the cell's runs; `ppl_at_depth_sd` / `norm_mean_sd` give the spread, and the claims'
 intervals resample the seeds too. metrics/clamp/<cell>.json: per mode, delta_ce per loop
 (pooled over seeds) and at the last loop its 95% interval from resampling units and
 seeds (diagnose.bootstrap), and each seed's alone; tables/clamp/<cell>.parquet: the change
 at the last loop per token and seed, which the claims resample with the rest.
 
-With --outside (stage outside_diagnose@<name>): the same for an outside model's run
-(loopscope.measure.runs.outside_runs), in its own precision; Lemma 1's float64 copy
-holds its readout alone (loopscope.measure.sweep.float64_reader), which the memory check
-counts.
+For an outside model (stage outside_diagnose@<name>, through stages/outside.py): the
+same for its run, in its own precision; Lemma 1's float64 copy holds its readout alone
+(loopscope.measure.per_loop.sweep.float64_reader), which the memory check counts.
 """
 
 import sys
 
 import torch
 
-from loopscope.measure.clamp import (
+from loopscope.measure.params import load
+from loopscope.measure.per_loop.clamp import (
     Clamped,
     clamp_headline,
     clamp_metrics,
@@ -38,23 +38,22 @@ from loopscope.measure.clamp import (
     clamp_table,
     unclamped_ce,
 )
-from loopscope.measure.params import load
+from loopscope.measure.per_loop.sweep import Measured, diagnose_headline, measure, summarize_runs
 from loopscope.measure.runs import Run, batch_for, runs_of
 from loopscope.measure.save import write_outputs
-from loopscope.measure.sweep import Measured, diagnose_headline, measure, summarize_runs
-from loopscope.measure.units import Units
 from loopscope.preflight import memory
+from loopscope.stats.units import Units
 
 READS = ("diagnose.val_sequences", "diagnose.batch_size", "diagnose.sweep_depth",
          "diagnose.bootstrap")
 
 
-def main(name: str, outside_model: bool = False) -> None:
+def main(name: str) -> None:
     params = load(READS).diagnose
-    batch = batch_for(name, outside_model, params.batch_size)
+    batch = batch_for(name, params.batch_size)
     runs: list[Measured] = []
     trained: list[Run] = []
-    for r in runs_of(name, outside_model, params.val_sequences):
+    for r in runs_of(name, params.val_sequences):
         trained.append(r)
         memory.check_forward(r.shape, r.compute, batch, "diagnose.batch_size", "diagnose",
                              reads=False, float64_readout=True, act_bytes=r.act_bytes)
@@ -76,4 +75,4 @@ def main(name: str, outside_model: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--outside" in sys.argv[2:])
+    main(sys.argv[1])

@@ -3,16 +3,16 @@
 For each trained run: A2's probe is fit on the `probe` windows (oracle labels from the
 argmax path to depth R); uniform depths 1..R and every (rule, threshold) of
 policies.grids run on the `choose` and `report` windows through the masked forward
-(loopscope.measure.masked). Each rule's threshold is chosen on `choose` (fewest mean loops
-whose CE is within half of policies.match_nats of uniform depth R) and reported on
-`report`: metrics/policies/<cell>.json (per rule: threshold, mean loops, CE difference
+(loopscope.measure.exit_rules.masked). Each rule's threshold is chosen on `choose`
+(fewest mean loops whose CE is within half of policies.match_nats of uniform depth R) and reported
+on `report`: metrics/policies/<cell>.json (per rule: threshold, mean loops, CE difference
 with its interval, FLOP ratios to depth R and to the baseline min(R, M), M the smallest
 matching uniform depth, and the same at the rule's default thresholds) and
 tables/policies/<cell>.parquet (the frontier: every setting on both sets, its defaults
 marked).
 
-With --outside (stage outside_policies@<name>): the same for an outside model's run
-(loopscope.measure.runs.outside_runs), at its depth R.
+For an outside model (stage outside_policies@<name>, through stages/outside.py): the
+same for its run, at its depth R.
 """
 
 import sys
@@ -20,10 +20,10 @@ import sys
 import pandas as pd
 
 from loopscope.base import paths
+from loopscope.measure.exit_rules.policies import headline, summarize_sweeps, sweep_run
+from loopscope.measure.exit_rules.rules import check_grid
 from loopscope.measure.params import load
-from loopscope.measure.policies import headline, summarize_sweeps, sweep_run
-from loopscope.measure.rules import check_grid
-from loopscope.measure.runs import batch_for, map_runs, with_batch
+from loopscope.measure.runs import batch_for, map_runs, source_of, with_batch
 from loopscope.measure.save import write_outputs
 from loopscope.weights.config import load_cell
 
@@ -32,16 +32,16 @@ READS = ("convergence.windows", "convergence.bootstrap", "policies.match_nats",
          "policies.batch_size")
 
 
-def main(name: str, outside_model: bool = False) -> None:
+def main(name: str) -> None:
     params = load(READS)
     cfg = params.policies
     for rule, grid in cfg.grids.items():  # before any compute is spent
         check_grid(rule, grid)
-    if outside_model:
-        cfg = with_batch(cfg, batch_for(name, outside_model, cfg.batch_size))
-    first_seed = None if outside_model else load_cell(paths.config_file(name)).seeds[0]
+    cfg = with_batch(cfg, batch_for(name, cfg.batch_size))
+    cell = source_of(name) == "cell"
+    first_seed = load_cell(paths.config_file(name)).seeds[0] if cell else None
     sweeps = map_runs(name, sweep_run, cfg, params.convergence.windows, f"policies {name}",
-                      first_seed, outside_model=outside_model)
+                      first_seed)
     metrics, rows = summarize_sweeps(sweeps, cfg.match_nats, params.convergence.bootstrap,
                                      name)
     write_outputs("policies", name, metrics, {"policies": pd.DataFrame(rows)})
@@ -49,4 +49,4 @@ def main(name: str, outside_model: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--outside" in sys.argv[2:])
+    main(sys.argv[1])

@@ -4,7 +4,7 @@ The trained cells read prepared/, the project's tokenizer over the corpus; a rel
 model has its own vocabulary (Huginn-0125's: 65,536 tokens), so its windows and token
 types come from its tokenizer.json over the same validation documents (the corpus's val
 split, as the prepare stage cuts it), each followed by the model's end-of-text token
-(loopscope.weights.outside.eos_token). Writes prepared_outside/<name>/: tokenizer.json
+(loopscope.released.outside.eos_token). Writes prepared_outside/<name>/: tokenizer.json
 (the model's), val.bin and meta.json (loopscope.weights.data.write_prepared's format,
 with the end-of-text token and its id). prepared/ is left as it is.
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from loopscope.base import paths
-from loopscope.weights import outside
+from loopscope.released import outside
 from loopscope.weights.data import Corpus, write_prepared
 from loopscope.weights.outside_config import load_outside
 from loopscope.weights.params import SECTIONS, load

@@ -12,8 +12,8 @@ kept apart from the reproducible metrics; the first seed's model of each cell is
 from loopscope.base import paths
 from loopscope.base.files import write_json
 from loopscope.measure.params import load
+from loopscope.measure.per_loop.throughput import Timed, throughput
 from loopscope.measure.runs import trained_runs
-from loopscope.measure.throughput import Timed, throughput
 
 READS = ("cells", "diagnose.timing_windows", "diagnose.timing_repeats", "diagnose.batch_size")
 

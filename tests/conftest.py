@@ -12,7 +12,7 @@ import torch
 from micro import ROOT, reproduce
 
 from loopscope import stage
-from loopscope.measure.exits import Policy
+from loopscope.measure.exit_rules.exits import Policy
 from loopscope.weights.config import CellConfig, TrainConfig
 from loopscope.weights.model import LoopedLM, ModelConfig
 
@@ -26,6 +26,13 @@ def run_stage(script: str, *args: str) -> None:
     """A stage script run as dvc.yaml runs it, through the stage runner (untimed): an
     expected error ends it with SystemExit("error: ...")."""
     stage.main(["--untimed", script, str(ROOT / "stages" / f"{script}.py"), *args])
+
+
+def run_outside_stage(script: str, *args: str) -> None:
+    """A measuring stage's script run on an outside model, as dvc.yaml's outside_*
+    stages run it: through stages/outside.py, which loads the released-models package."""
+    stage.main(["--untimed", f"outside_{script}", str(ROOT / "stages" / "outside.py"),
+                str(ROOT / "stages" / f"{script}.py"), *args])
 
 
 def tiny_model(**overrides) -> LoopedLM:

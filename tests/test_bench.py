@@ -9,7 +9,7 @@ import pytest
 from tqdm import tqdm
 
 from loopscope.base import paths
-from loopscope.measure.rounds import SPREAD, checked_rounds, interleaved_rounds, timed_round
+from loopscope.measure.bench.rounds import SPREAD, checked_rounds, interleaved_rounds, timed_round
 from loopscope.tools import bench, bench_train
 
 

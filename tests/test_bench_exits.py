@@ -12,7 +12,7 @@ import torch
 from conftest import BACKBONE
 
 from loopscope.base.errors import ParamsError
-from loopscope.measure.bench_exits import (
+from loopscope.measure.bench.bench_exits import (
     DEPTH_SLACK,
     READS,
     decoding,
@@ -24,7 +24,7 @@ from loopscope.measure.bench_exits import (
     scoring,
     timed,
 )
-from loopscope.measure.exits import make
+from loopscope.measure.exit_rules.exits import make
 from loopscope.measure.params import load
 from loopscope.measure.runs import Windows
 from loopscope.weights.model import LoopedLM

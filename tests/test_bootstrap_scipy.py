@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from loopscope.measure.intervals import Interval, bootstrap, bootstrap_mean
+from loopscope.stats.intervals import Interval, bootstrap, bootstrap_mean
 
 pytest.importorskip("scipy", minversion="1.15")  # bootstrap's rng= argument
 from scipy import stats  # noqa: E402

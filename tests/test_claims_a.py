@@ -12,8 +12,8 @@ from loopscope.judge.group_a import CellA, GroupA, on_each_seed, seed_groups
 from loopscope.judge.paper_a import CLAIMS_A, READS_CONTROLS, init_effect, paper_a_claims
 from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.verdicts import Claim, all_of, at_least, effect, negligible
-from loopscope.measure.intervals import Documents, Interval, bootstrap, bootstrap_mean
-from loopscope.measure.units import FEWEST_UNITS
+from loopscope.stats.intervals import Documents, Interval, bootstrap, bootstrap_mean
+from loopscope.stats.units import FEWEST_UNITS
 
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
 
@@ -342,7 +342,7 @@ def test_weighted_quantile_matches_numpy_on_the_sample():
 def test_the_grouped_quantile_of_few_values_equals_the_token_by_token_one(parents):
     """A loop index takes the grouped path; its draws are those of the token-by-token
     path (the same values, with the documents' and the seeds' resamples), exactly."""
-    import loopscope.measure.intervals as intervals
+    import loopscope.stats.intervals as intervals
     rng = np.random.default_rng(1)
     docs = rng.integers(0, 40, size=3000)
     loops = rng.integers(1, 9, size=3000).astype(float)

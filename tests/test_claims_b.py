@@ -1,5 +1,5 @@
 """Every paper B verdict can come out either way: constructed convergence and policies
-metrics (the schema of loopscope.measure.convergence and policies)."""
+metrics (the schema of loopscope.measure.trajectory.convergence and policies)."""
 
 import dataclasses
 import json
@@ -15,7 +15,7 @@ from loopscope.judge.criteria import declared
 from loopscope.judge.paper_b import paper_b_claims
 from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.settling import attach, mark_settling
-from loopscope.measure.settling import WINDOWS
+from loopscope.measure.trajectory.settling import WINDOWS
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "tables" / "claims.schema.json").read_text())
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}

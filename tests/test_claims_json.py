@@ -18,7 +18,7 @@ from report_data import claim_row, claims_json, estimate
 from loopscope.base import paths
 from loopscope.judge import claims
 from loopscope.judge.verdicts import Comparison, claim, effect
-from loopscope.measure.intervals import Interval
+from loopscope.stats.intervals import Interval
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = ROOT / paths.CLAIMS.parent / claims.SCHEMA

@@ -12,7 +12,10 @@ from loopscope.base.errors import DataError
 from loopscope.judge.paper_b import paper_b_claims
 from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.settling import attach
-from loopscope.measure.convergence import (
+from loopscope.measure.exit_rules.masked import PolicyResult
+from loopscope.measure.params import ConvergenceConfig
+from loopscope.measure.runs import document_window_sets
+from loopscope.measure.trajectory.convergence import (
     RunConvergence,
     cell_metrics,
     cell_table,
@@ -22,13 +25,10 @@ from loopscope.measure.convergence import (
     headline,
     summarize,
 )
-from loopscope.measure.intervals import Documents, Sample
-from loopscope.measure.masked import PolicyResult
-from loopscope.measure.params import ConvergenceConfig
-from loopscope.measure.runs import document_window_sets
-from loopscope.measure.settling import WINDOWS, token_columns
-from loopscope.measure.token_types import TOKEN_TYPES, type_names
-from loopscope.measure.trajectories import Trajectory
+from loopscope.measure.trajectory.settling import WINDOWS, token_columns
+from loopscope.measure.trajectory.token_types import TOKEN_TYPES, type_names
+from loopscope.measure.trajectory.trajectories import Trajectory
+from loopscope.stats.intervals import Documents, Sample
 from loopscope.weights.data import document_ids
 
 
@@ -211,7 +211,7 @@ def test_window_sets_that_run_short_name_the_param():
 
 
 def test_the_training_mean_follows_the_depth_convention():
-    from loopscope.measure.convergence import training_mean
+    from loopscope.measure.trajectory.convergence import training_mean
     from loopscope.weights.config import TrainConfig
 
     assert training_mean(TrainConfig(depth="lognormal", depth_mean="loops"), 8) == 8

@@ -10,7 +10,7 @@ from conftest import TINY
 from conftest import tiny_model as model
 
 from loopscope.base.errors import DataError
-from loopscope.measure.clamp import (
+from loopscope.measure.per_loop.clamp import (
     CLAMP_MODES,
     Clamped,
     clamp_headline,
@@ -20,8 +20,8 @@ from loopscope.measure.clamp import (
     clamped_ce,
     unclamped_ce,
 )
-from loopscope.measure.extract import load_extract, write_extract
-from loopscope.measure.sweep import (
+from loopscope.measure.per_loop.extract import load_extract, write_extract
+from loopscope.measure.per_loop.sweep import (
     angular_step,
     diagnose_headline,
     float64_reader,
@@ -34,8 +34,8 @@ from loopscope.measure.sweep import (
     summarize_runs,
     sweep_means,
 )
-from loopscope.measure.throughput import Timed, throughput
-from loopscope.measure.units import Units
+from loopscope.measure.per_loop.throughput import Timed, throughput
+from loopscope.stats.units import Units
 from loopscope.weights.model import LoopedLM, loop_ce
 
 

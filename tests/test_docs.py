@@ -128,12 +128,12 @@ def test_the_pending_references_are_still_there():
 
 def test_the_check_catches_what_is_gone(tmp_path):
     text = ("Load with `loopscope.measure.diagnostics.load_extract(path)` or "
-            "loopscope.measure.extract.gone, see tests/test_claims.py and "
-            "[methods](nowhere.md); loopscope.measure.extract.load_extract, "
+            "loopscope.measure.per_loop.extract.gone, see tests/test_claims.py and "
+            "[methods](nowhere.md); loopscope.measure.per_loop.extract.load_extract, "
             "loopscope.judge.verdicts.Claim.record and tests/test_docs.py exist; "
             "experiments/NAME.json and metrics/bench/train*.json are patterns.")
     assert stale(text, ROOT / "docs" / "x.md") == [
-        "loopscope.measure.diagnostics.load_extract", "loopscope.measure.extract.gone",
+        "loopscope.measure.diagnostics.load_extract", "loopscope.measure.per_loop.extract.gone",
         "tests/test_claims.py", "nowhere.md"]
     assert stale("loopscope.judge.verdicts.Claim.nothing", ROOT / "x.py") == [
         "loopscope.judge.verdicts.Claim.nothing"]

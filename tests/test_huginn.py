@@ -1,4 +1,4 @@
-"""Huginn's layout (loopscope.weights.huginn): its parameter names, loading a checkpoint
+"""Huginn's layout (loopscope.released.huginn): its parameter names, loading a checkpoint
 directory, and the loop-by-loop comparison with Huginn's published implementation.
 
 The comparison's fixtures (tests/fixtures/huginn_tiny and huginn_tiny_untied) were made
@@ -35,13 +35,13 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from loopscope.base.errors import CheckpointError
-from loopscope.measure.exits import KL
-from loopscope.measure.looped import LoopedModel, run_loops
-from loopscope.measure.masked import masked_forward
-from loopscope.measure.runtime import generate, score
-from loopscope.measure.sweep import measure, summarize
-from loopscope.weights.huginn import HuginnLM, load_huginn
-from loopscope.weights.huginn_config import HuginnConfig
+from loopscope.looped.interface import LoopedModel, run_loops
+from loopscope.measure.bench.runtime import generate, score
+from loopscope.measure.exit_rules.exits import KL
+from loopscope.measure.exit_rules.masked import masked_forward
+from loopscope.measure.per_loop.sweep import measure, summarize
+from loopscope.released.huginn import HuginnLM, load_huginn
+from loopscope.released.huginn_config import HuginnConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LAYOUTS = json.loads((FIXTURES / "huginn_names.json").read_text())

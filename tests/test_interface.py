@@ -1,4 +1,4 @@
-"""The looped-model interface (loopscope.measure.looped): the measuring code needs nothing
+"""The looped-model interface (loopscope.looped.interface): the measuring code needs nothing
 of a model beyond it. A second looped model, written here against the interface alone
 (no LoopedLM part), runs through the extract, paper A's depth sweep and clamp, paper B's
 trajectories and convergence summary, the masked forward of the exit rules and the exit
@@ -16,20 +16,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import Scripted
 
-from loopscope.measure.clamp import clamp_metrics, clamp_run
-from loopscope.measure.convergence import summarize as convergence_summary
-from loopscope.measure.exits import KL, ExitScore, LatentDiff, make
-from loopscope.measure.extract import load_extract, write_extract
-from loopscope.measure.intervals import Documents, Sample
-from loopscope.measure.looped import LoopedModel, run_loops
-from loopscope.measure.masked import MaskedKV, evaluate, masked_forward
+from loopscope.looped.interface import LoopedModel, run_loops
+from loopscope.measure.bench.runtime import generate, score
+from loopscope.measure.exit_rules.exits import KL, ExitScore, LatentDiff, make
+from loopscope.measure.exit_rules.masked import MaskedKV, evaluate, masked_forward
+from loopscope.measure.exit_rules.policies import sweep_settings
 from loopscope.measure.params import ConvergenceConfig
-from loopscope.measure.policies import sweep_settings
+from loopscope.measure.per_loop.clamp import clamp_metrics, clamp_run
+from loopscope.measure.per_loop.extract import load_extract, write_extract
+from loopscope.measure.per_loop.sweep import float64_reader, measure, summarize
 from loopscope.measure.runs import initial_states
-from loopscope.measure.runtime import generate, score
-from loopscope.measure.sweep import float64_reader, measure, summarize
-from loopscope.measure.trajectories import trajectory
-from loopscope.measure.units import Units
+from loopscope.measure.trajectory.convergence import summarize as convergence_summary
+from loopscope.measure.trajectory.trajectories import trajectory
+from loopscope.stats.intervals import Documents, Sample
+from loopscope.stats.units import Units
 from loopscope.weights.model import Cost, LoopedLM, ModelConfig
 
 
@@ -355,7 +355,7 @@ def test_the_exit_benchmark_runs_on_any_looped_model():
     masked forward) reach the model through the interface alone, so an outside model
     gets the benchmark: on the grouped-query model every mode is timed, and uniform
     depth is run_loops read out once."""
-    from loopscope.measure.bench_exits import decoding, scoring, uniform_depth
+    from loopscope.measure.bench.bench_exits import decoding, scoring, uniform_depth
     from loopscope.measure.runs import Windows
 
     m, (x, y) = model(), windows(4, 12)

@@ -24,7 +24,7 @@ from micro import ROOT
 from loopscope import stage
 from loopscope.base import timings
 from loopscope.base.errors import ResourceError
-from loopscope.measure.extract import write_extract
+from loopscope.measure.per_loop.extract import write_extract
 from loopscope.params import load_params
 from loopscope.preflight import disk, memory
 from loopscope.tools.plan import plan_cell

@@ -141,7 +141,7 @@ def test_carry_takes_a_per_token_first_mask():
 
 
 def test_convergence_sweep_runs_the_same_loops_as_forward():
-    from loopscope.measure.trajectories import trajectory
+    from loopscope.measure.trajectory.trajectories import trajectory
     model = make(inter_loop_norm=True, inject="add")
     x = tokens()
     traj = trajectory(model, x, x, None, depth=4, batch_size=1, keep_states=4)

@@ -1,4 +1,4 @@
-"""Ouro's layout (loopscope.weights.ouro): its parameter names, loading a checkpoint
+"""Ouro's layout (loopscope.released.ouro): its parameter names, loading a checkpoint
 directory, and the loop-by-loop comparison with Ouro's published implementation.
 
 The comparison's fixture (tests/fixtures/ouro_tiny) was made by the published
@@ -49,15 +49,15 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from loopscope.base.errors import CheckpointError
-from loopscope.measure.exits import ExitScore, make
-from loopscope.measure.looped import LoopedModel, run_loops
-from loopscope.measure.masked import masked_forward
-from loopscope.measure.policies import sweep_settings
-from loopscope.measure.sweep import float64_reader, measure, radial_cosines, summarize
+from loopscope.looped.interface import LoopedModel, run_loops
+from loopscope.measure.exit_rules.exits import ExitScore, make
+from loopscope.measure.exit_rules.masked import masked_forward
+from loopscope.measure.exit_rules.policies import sweep_settings
+from loopscope.measure.per_loop.sweep import float64_reader, measure, radial_cosines, summarize
 from loopscope.preflight import memory
-from loopscope.weights import outside
-from loopscope.weights.ouro import OuroLM, load_ouro
-from loopscope.weights.ouro_config import OuroConfig
+from loopscope.released import outside
+from loopscope.released.ouro import OuroLM, load_ouro
+from loopscope.released.ouro_config import OuroConfig
 from loopscope.weights.outside_config import OutsideConfig
 
 FIXTURES = Path(__file__).parent / "fixtures"

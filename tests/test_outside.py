@@ -1,7 +1,7 @@
 """Outside models: a released checkpoint as a cell kind of its own. params.yaml's
 `outside:` is validated with its key paths; the configure stage resolves it; the
 outside stages tokenize the validation text with the model's own tokenizer and run the
-measuring stages' scripts on it (--outside) through the looped-model interface; the
+measuring stages' scripts on it (through stages/outside.py) through the looped-model interface; the
 claims show its rows apart, as extensions; `plan` sizes it from its config.json and
 refuses what cannot fit. Here on Huginn's layout at a tiny config
 (tests/fixtures/huginn_tiny); tests/test_pipeline.py runs it through `dvc repro`."""
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import run_stage
+from conftest import run_outside_stage, run_stage
 
 from loopscope.base import paths
 from loopscope.base.errors import ParamsError, ResourceError
@@ -25,10 +25,10 @@ from loopscope.judge import outside as judged
 from loopscope.judge.claims import SCHEMA
 from loopscope.params import parse_params
 from loopscope.preflight import memory
+from loopscope.released import outside
+from loopscope.released.huginn import HuginnLM
+from loopscope.released.huginn_config import HuginnConfig
 from loopscope.tools import plan_outside
-from loopscope.weights import outside
-from loopscope.weights.huginn import HuginnLM
-from loopscope.weights.huginn_config import HuginnConfig
 from loopscope.weights.outside_config import Adapter, OutsideConfig, load_outside
 from loopscope.weights.tokenizer import encode
 
@@ -136,7 +136,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
         paths.config_file("huginn_tiny").write_text(cfg.to_json())
         run_stage("prepare_outside", "huginn_tiny")
         for script in ("extract", "diagnose", "convergence", "policies"):
-            run_stage(script, "huginn_tiny", "--outside")
+            run_outside_stage(script, "huginn_tiny")
     finally:
         os.chdir(here)
     return work

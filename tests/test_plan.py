@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from loopscope.base.timings import TRAINING, cpu_model
-from loopscope.measure import clamp
-from loopscope.measure.rules import TIMED
+from loopscope.measure.exit_rules.rules import TIMED
+from loopscope.measure.per_loop import clamp
 from loopscope.params import load_params
 from loopscope.tools import plan as plan_module
 from loopscope.tools import plan_outside, probe

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import BACKBONE, Scripted, tiny_tokens
 
-from loopscope.measure.convergence import convergence_loop, shares, useful_depth
-from loopscope.measure.exits import (
+from loopscope.measure.exit_rules.exits import (
     KL,
     KNOWN,
     NATIVE,
@@ -28,10 +27,8 @@ from loopscope.measure.exits import (
     never_exits,
     rule_defaults,
 )
-from loopscope.measure.intervals import Documents, Sample
-from loopscope.measure.masked import PolicyResult, evaluate, masked_forward
-from loopscope.measure.params import PoliciesConfig
-from loopscope.measure.policies import (
+from loopscope.measure.exit_rules.masked import PolicyResult, evaluate, masked_forward
+from loopscope.measure.exit_rules.policies import (
     SWEPT,
     Sweep,
     headline,
@@ -40,11 +37,14 @@ from loopscope.measure.policies import (
     summarize_sweeps,
     sweep_settings,
 )
-from loopscope.measure.probe import argmax_changes_later
-from loopscope.measure.rules import RULES as RULE_DATA
-from loopscope.measure.rules import default_grids
-from loopscope.measure.signals import minp_log_probs
-from loopscope.measure.trajectories import trajectory, uniform_ce
+from loopscope.measure.exit_rules.probe import argmax_changes_later
+from loopscope.measure.exit_rules.rules import RULES as RULE_DATA
+from loopscope.measure.exit_rules.rules import default_grids
+from loopscope.measure.exit_rules.signals import minp_log_probs
+from loopscope.measure.params import PoliciesConfig
+from loopscope.measure.trajectory.convergence import convergence_loop, shares, useful_depth
+from loopscope.measure.trajectory.trajectories import trajectory, uniform_ce
+from loopscope.stats.intervals import Documents, Sample
 from loopscope.weights import model as model_module
 from loopscope.weights.config import TrainConfig
 from loopscope.weights.depth import sampler

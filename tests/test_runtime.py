@@ -7,10 +7,10 @@ import pytest
 import torch
 from conftest import BACKBONE, TINY, Scripted
 
-from loopscope.measure import ledger
-from loopscope.measure.exits import RULES, Uniform, make
-from loopscope.measure.masked import masked_forward
-from loopscope.measure.runtime import Layout, generate, score
+from loopscope.measure.bench import ledger
+from loopscope.measure.bench.runtime import Layout, generate, score
+from loopscope.measure.exit_rules.exits import RULES, Uniform, make
+from loopscope.measure.exit_rules.masked import masked_forward
 from loopscope.weights.model import LoopedLM
 
 MODELS = {

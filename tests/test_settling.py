@@ -1,4 +1,4 @@
-"""Fixed point, floor or cycle (loopscope.measure.settling, loopscope.judge.settling):
+"""Fixed point, floor or cycle (loopscope.measure.trajectory.settling, loopscope.judge.settling):
 three looped maps run through the real trajectory and labelled at the criteria's
 default thresholds (a geometric approach settles, a 2-cycle cycles, a slow linear drift
 drifts); the floor's fit, its t bound and the KL's alternation on curves whose answer is
@@ -19,8 +19,7 @@ from loopscope.judge import criteria
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.settling import LABELS, Tokens, by_type
-from loopscope.measure.intervals import Documents, Sample
-from loopscope.measure.settling import (
+from loopscope.measure.trajectory.settling import (
     WINDOWS,
     alternation,
     fit_floor,
@@ -29,7 +28,8 @@ from loopscope.measure.settling import (
     token_columns,
     windows,
 )
-from loopscope.measure.trajectories import trajectory
+from loopscope.measure.trajectory.trajectories import trajectory
+from loopscope.stats.intervals import Documents, Sample
 from loopscope.weights.model import Cost
 
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}

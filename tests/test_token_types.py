@@ -1,5 +1,6 @@
-"""Token types by the whole word a token is part of (loopscope.measure.token_types.window_types),
-on real byte-level BPE and word-level tokenizers trained here on a tiny text."""
+"""Token types by the whole word a token is part of
+(loopscope.measure.trajectory.token_types.window_types), on real byte-level BPE and word-level
+tokenizers trained here on a tiny text."""
 
 import time
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models
 
-from loopscope.measure.token_types import (
+from loopscope.measure.trajectory.token_types import (
     SPECIAL,
     TOKEN_TYPES,
     token_bytes,

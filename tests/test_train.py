@@ -14,9 +14,9 @@ from conftest import tiny_corpus as corpus
 
 from loopscope.base import paths
 from loopscope.base.errors import CheckpointError, DivergenceError
-from loopscope.measure.extract import write_extract
+from loopscope.measure.per_loop.extract import write_extract
+from loopscope.measure.per_loop.sweep import measure, summarize
 from loopscope.measure.runs import map_runs, trained_runs
-from loopscope.measure.sweep import measure, summarize
 from loopscope.weights.checkpoint import load_model, save_model
 from loopscope.weights.config import TrainConfig
 from loopscope.weights.data import write_prepared

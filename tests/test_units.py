@@ -11,9 +11,10 @@ from test_data import prepare
 from loopscope.base import paths
 from loopscope.base.files import write_json
 from loopscope.judge.verdicts import effect, negligible
-from loopscope.measure.intervals import Documents, design_effect
 from loopscope.measure.runs import document_window_sets
-from loopscope.measure.units import (
+from loopscope.render.report_tables import units_statement
+from loopscope.stats.intervals import Documents, design_effect
+from loopscope.stats.units import (
     FEWEST_UNITS,
     LAG1_MAX,
     MIN_UNITS,
@@ -24,7 +25,6 @@ from loopscope.measure.units import (
     resampling_units,
     window_surprisal,
 )
-from loopscope.render.report_tables import units_statement
 from loopscope.weights.data import document_ids, load_tokenizer, load_tokens, window_sets
 from loopscope.weights.tokenizer import EOS
 

@@ -25,7 +25,7 @@ from loopscope.judge.verdicts import (
     not_shown,
     widened,
 )
-from loopscope.measure.intervals import Documents, Interval
+from loopscope.stats.intervals import Documents, Interval
 
 VALUES = {f.name: getattr(ClaimsConfig(), f.name) for f in dataclasses.fields(ClaimsConfig)}
 

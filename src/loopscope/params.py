@@ -18,6 +18,7 @@ from typing import Any
 
 from loopscope.base.errors import ParamsError
 from loopscope.judge.params import ClaimsConfig
+from loopscope.measure.exit_rules.rules import RULES, check_grid
 from loopscope.measure.params import (
     BenchConfig,
     ConvergenceConfig,
@@ -25,7 +26,6 @@ from loopscope.measure.params import (
     ExtractConfig,
     PoliciesConfig,
 )
-from loopscope.measure.rules import RULES, check_grid
 from loopscope.render import params as render
 from loopscope.render.params import ReportConfig
 from loopscope.weights.config import ModelConfig, TrainConfig, choices

@@ -13,7 +13,7 @@ from typing import Any
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.metrics_b import ConvergenceMetrics, Elasticity
 from loopscope.judge.verdicts import Comparison, widened
-from loopscope.measure.intervals import Interval
+from loopscope.stats.intervals import Interval
 from loopscope.weights.config import CellConfig
 
 PAPER_B_SIGMA = 0.5  # paper B's sampler (Huginn's): r = 1 + Poisson(LogNormal(., 0.5))
@@ -57,7 +57,7 @@ class Backbone:
 
     @property
     def useful(self) -> Interval:
-        """The useful depth (the share-of-gain rule, loopscope.measure.convergence)."""
+        """The useful depth (the share-of-gain rule, loopscope.measure.trajectory.convergence)."""
         return Interval.of(self.metrics.saturation.useful_depth_iv)
 
     @property

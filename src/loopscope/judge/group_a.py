@@ -16,7 +16,7 @@ import pandas as pd
 from loopscope.judge.cells import PAPER_CONTROLS
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.verdicts import FEW_SEEDS, Claim, Comparison, seed_rule
-from loopscope.measure.intervals import Documents
+from loopscope.stats.intervals import Documents
 
 
 @dataclass
@@ -40,7 +40,7 @@ class CellA:
     clamp: pd.DataFrame
     tokens_per_s: dict[str, float]
     flops_per_token: dict[str, float]
-    unit: str = "document"  # what the tables' doc column holds (loopscope.measure.units)
+    unit: str = "document"  # what the tables' doc column holds (loopscope.stats.units)
     control: str = ""  # a scale-controlled cell's control (loopscope.judge.cells.control)
     d_model: int = 0  # the state's width (0: unknown; the activity lemma needs it)
     paper: bool = True  # one of paper A's seven conditions (cells.paper_condition)

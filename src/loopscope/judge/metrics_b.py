@@ -6,7 +6,7 @@ JSON keys are strings, so the convergence stage stores a per-loop series as
 {"k1": v1, "k2": v2, ...}; `by_loop` turns it into {1: v1, 2: v2, ...} here, the one
 place a stored loop key is parsed, and every reader indexes loops by int. An interval
 stays as stored (value, lo, hi and its units: `Stored`), which
-loopscope.judge.verdicts' comparisons and loopscope.measure.intervals.Interval take.
+loopscope.judge.verdicts' comparisons and loopscope.stats.intervals.Interval take.
 Fields are read when asked for, so a partial metrics file (an older run's, a test's)
 fails only where a missing field is read, naming it.
 """

@@ -33,7 +33,7 @@ from loopscope.judge.verdicts import (
     negligible,
     not_shown,
 )
-from loopscope.measure.intervals import Interval
+from loopscope.stats.intervals import Interval
 
 # The paper's final-loop norms: the per-loop normed cell at 44M and 129M, the controls
 PAPER_DRIFT_NORMS = "~39,000 (44M), 56,051 (129M)"

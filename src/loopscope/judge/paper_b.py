@@ -30,8 +30,8 @@ from loopscope.judge.verdicts import (
     not_shown,
     seed_rule,
 )
-from loopscope.measure.intervals import Interval
-from loopscope.measure.token_types import SMALLEST_TYPE
+from loopscope.measure.trajectory.token_types import SMALLEST_TYPE
+from loopscope.stats.intervals import Interval
 
 # Paper B's KL decay, 3.9e-1 at loop 2 to 8.5e-6 at loop 16: log10 of the ratio
 PAPER_KL_DECADES = math.log10(3.9e-1 / 8.5e-6)  # 4.66

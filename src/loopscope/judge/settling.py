@@ -1,6 +1,6 @@
 """Settling, cycling or drifting: each token's late window labelled at the criteria's
 thresholds from what the convergence stage measured of it (tables/convergence/<cell>.parquet,
-loopscope.measure.settling), and the share of each label with its interval.
+loopscope.measure.trajectory.settling), and the share of each label with its interval.
 
 A token is
     settling  its floor is consistent with none: the lower end of its floor's 95%
@@ -33,9 +33,9 @@ from loopscope.base.errors import DataError
 from loopscope.judge.backbone import Backbone
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.verdicts import Claim, Comparison, at_least, below
-from loopscope.measure.intervals import Documents, Interval, Sample
-from loopscope.measure.settling import floor_bound
-from loopscope.measure.token_types import TOKEN_TYPES
+from loopscope.measure.trajectory.settling import floor_bound
+from loopscope.measure.trajectory.token_types import TOKEN_TYPES
+from loopscope.stats.intervals import Documents, Interval, Sample
 
 LABELS = ("settling", "cycling", "drifting")
 # The key under which the claims stage hands a backbone's per-token table (Tokens) to its
@@ -146,7 +146,7 @@ def _labels(tokens: Tokens, found: dict[str, Any], p: Criteria) -> tuple[str, np
     if label not in found["windows"]:
         raise DataError(f"claims.late_window: {label} is not a late window the convergence "
                         f"stage measured ({', '.join(found['windows'])}); measure it "
-                        "(loopscope.measure.settling.WINDOWS) or judge at one of those")
+                        "(loopscope.measure.trajectory.settling.WINDOWS) or judge at one of those")
     w = found["windows"][label]
     return label, tokens.labels(label, w["to"] - w["from"] + 1, p.floor_share,
                                 p.alternating_share, rounding(found, p))

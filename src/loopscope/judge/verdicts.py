@@ -4,7 +4,7 @@ A verdict is one of
     holds          the interval (95%, units resampled) decides for the claim
     contradicted   the interval decides against it
     inconclusive   the interval does not decide, or rests on fewer than
-                   loopscope.measure.units.FEWEST_UNITS units
+                   loopscope.stats.units.FEWEST_UNITS units
     not shown      the cells or metrics the claim needs are not in this run
 A claim of an effect holds when its interval excludes zero in the claimed direction;
 a claim of *no* effect holds when its interval lies inside a stated margin. Where a
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
 
-from loopscope.measure.intervals import ALPHA, Interval
+from loopscope.stats.intervals import ALPHA, Interval
 
 Verdict = Literal["holds", "contradicted", "inconclusive", "not shown"]
 

@@ -2,7 +2,7 @@
 
 Declared apart from the claims' and the reports' sections, so a measuring stage reads
 and validates its keys without them (loopscope.weights.params). The exit rules' grids
-are checked against the rules' data (loopscope.measure.rules) where they are used, so
+are checked against the rules' data (loopscope.measure.exit_rules.rules) where they are used, so
 adding a rule reruns no measurement that does not exit.
 """
 
@@ -99,7 +99,7 @@ class PoliciesConfig(Section):
     cells: list[str] = _list()  # the cells whose policies are swept (at least one)
     match_nats: float = 0.01  # matched quality: mean CE within this of uniform depth R
     # rule -> thresholds; each grid is checked against the rule's data where it is used
-    # (loopscope.measure.rules.check_grid: configure, and the policies stage)
+    # (loopscope.measure.exit_rules.rules.check_grid: configure, and the policies stage)
     grids: dict[str, list[float]] = field(default_factory=dict)
     # rules swept on a cell's first seed alone (extensions: their numbers rest on one
     # trained model); the rules paper B's counted rows read (SEEDED_RULES) sweep every seed

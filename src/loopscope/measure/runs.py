@@ -3,9 +3,15 @@
 A cell trains once per seed; every stage that measures a cell (extract, diagnose,
 clamp, ...) measures each run on the same validation windows, on the device the cell
 trained on, in fp32 whatever precision it trained in (loopscope.weights.compute), and pools the
-runs. An outside model (a released checkpoint, loopscope.weights.outside) is one run,
-measured through the same interface on its own tokens of the same validation text, in
-its own precision (bf16 on a GPU).
+runs. An outside model (a released checkpoint) is one run, measured through the same
+interface on its own tokens of the same validation text, in its own precision (bf16 on a
+GPU).
+
+Where a run comes from is read from its config (configs/<name>.json: a cell's, or an
+outside model's), and each source of runs is registered by name (SOURCES). This module
+registers the trained cells'; loopscope.released.runs registers the outside models', so
+that only the stages that measure an outside model import the released-models package
+(stages/outside.py) and an edit to it reruns no trained cell's measuring.
 """
 
 from __future__ import annotations
@@ -23,10 +29,10 @@ from torch import Tensor
 
 from loopscope.base import paths
 from loopscope.base.errors import CheckpointError, DataError
-from loopscope.measure.looped import LoopedModel
-from loopscope.measure.units import MIN_UNITS, blocks, resampling_units, window_surprisal
+from loopscope.looped.interface import LoopedModel
 from loopscope.preflight import memory
-from loopscope.weights import compute, outside
+from loopscope.stats.units import MIN_UNITS, blocks, resampling_units, window_surprisal
+from loopscope.weights import compute
 from loopscope.weights.checkpoint import load_model
 from loopscope.weights.config import CellConfig, load_cell
 from loopscope.weights.data import (
@@ -38,14 +44,14 @@ from loopscope.weights.data import (
     window_sets,
     windows_at,
 )
-from loopscope.weights.outside_config import load_outside
+from loopscope.weights.outside_config import is_outside, load_outside
 from loopscope.weights.tokenizer import EOS
 
 SETS = ("probe", "choose", "report")  # paper B's disjoint window sets
 @dataclass
 class Windows:
     """Validation windows (inputs, targets on the run's device), where they start, the
-    resampling unit of each (loopscope.measure.units), and their initial states (None: H_0 is
+    resampling unit of each (loopscope.stats.units), and their initial states (None: H_0 is
     the embedding)."""
 
     x: Tensor
@@ -68,7 +74,7 @@ class Windows:
 @dataclass
 class Run:
     """One run to measure: a trained run of a cell, or an outside model (a released
-    checkpoint: loopscope.weights.outside). Its tag (seed<N>), the model in eval mode on
+    checkpoint: loopscope.released.outside). Its tag (seed<N>), the model in eval mode on
     its device, the run's seed (a trained run's train.seed; an outside model's, the seed
     of its random initial states), the validation inputs and targets on that device,
     every validation token with the end-of-text id between its documents, the model's
@@ -90,7 +96,7 @@ class Run:
     shape: memory.Shape  # the model's sizes (memory.check_forward)
     h0: Tensor | None = None
     docs: np.ndarray | None = None  # the resampling unit of each of x's windows
-    unit: str = "document"  # what a unit is (loopscope.measure.units)
+    unit: str = "document"  # what a unit is (loopscope.stats.units)
     cell: CellConfig | None = None  # a trained run's config; None: an outside model
 
     @property
@@ -220,47 +226,10 @@ def trained_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
                   initial_states(model, starts, cell.train.seed), units.ids, units.name, cell)
 
 
-def outside_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences"
-                 ) -> Iterator[Run]:
-    """The run of outside model `name` (configs/<name>.json: loopscope.weights.outside),
-    as trained_runs gives a cell's: its own tokens of the validation text
-    (prepared_outside/<name>/, the outside_prepare stage's) cut into val_sequences
-    windows of outside.<name>.context tokens (default: the model's context) spread over
-    the whole split, its random initial states drawn from outside.<name>.seed, on its
-    device in its precision (fp32 on the CPU, bf16 on a GPU). One run: tag seed<seed>."""
-    compute.tune_heap("measure")
-    cfg = load_outside(paths.config_file(name))
-    prepared = paths.outside_prepared(name)
-    meta = load_meta(prepared)
-    tokens = torch.from_numpy(load_tokens(prepared, "val"))
-    device = outside.device_of(cfg)
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    model = outside.load(cfg, device)
-    context = cfg.context or model.context
-    if context > model.context:
-        raise DataError(f"'outside.{name}.context' is {context}, longer than the model's "
-                        f"context {model.context}; lower it.")
-    if len(tokens) < context + 1:
-        raise DataError(f"{prepared}/val.bin holds {len(tokens)} tokens, fewer than one "
-                        f"window of {context} + 1; lower outside.{name}.context or use a "
-                        "longer validation split.")
-    (starts,) = window_sets(len(tokens), context, val_sequences, 1, what)
-    x, y = windows_at(tokens, context, starts)
-    eos = int(meta["eos_id"])
-    units = resampling_units(document_ids(tokens, eos, starts), starts,
-                             window_surprisal(tokens.numpy(), starts, context))
-    weight_bytes = next(model.parameters()).element_size()
-    shape = memory.outside_shape(cfg, outside.model_config(cfg), weight_bytes)
-    yield Run(paths.seed_tag(cfg.seed), model, cfg.seed, x.to(device), y.to(device),
-              compute.Compute(device, False), tokens, eos, shape,
-              initial_states(model, starts, cfg.seed, context), units.ids, units.name)
-
-
-def batch_for(name: str, outside_model: bool, batch_size: int) -> int:
+def batch_for(name: str, batch_size: int) -> int:
     """The windows per batch a stage runs name's model at: its batch_size key's, or an
     outside model's own (outside.<name>.batch_size) where that is set."""
-    if not outside_model:
+    if source_of(name) != "outside":
         return batch_size
     return load_outside(paths.config_file(name)).batch_size or batch_size
 
@@ -273,28 +242,53 @@ def with_batch(section: Any, batch_size: int) -> Any:
     return found
 
 
-def runs_of(name: str, outside_model: bool, val_sequences: int = 1,
-            what: str = "diagnose.val_sequences") -> Iterator[Run]:
-    """The runs of a cell (trained_runs) or of an outside model (outside_runs)."""
-    if outside_model:
-        return outside_runs(name, val_sequences, what)
-    return trained_runs(name, val_sequences, what)
+RunSource = Callable[[str, int, str], Iterator[Run]]
+# name -> the runs of a model of that source (name, val_sequences, what); see source_of
+SOURCES: dict[str, RunSource] = {"cell": trained_runs}
+
+
+def register_source(kind: str) -> Callable[[RunSource], RunSource]:
+    """A decorator: func gives the runs of models whose config is of this kind."""
+    def add(func: RunSource) -> RunSource:
+        SOURCES[kind] = func
+        return func
+    return add
+
+
+def source_of(name: str) -> str:
+    """Where name's runs come from, read from configs/<name>.json: "outside" for an
+    outside model's config (a released checkpoint), "cell" for a trained cell's (and
+    where the config is not there: trained_runs says what is missing)."""
+    config = paths.config_file(name)
+    return "outside" if config.is_file() and is_outside(config) else "cell"
+
+
+def runs_of(name: str, val_sequences: int = 1, what: str = "diagnose.val_sequences"
+            ) -> Iterator[Run]:
+    """The runs of a cell (trained_runs) or of an outside model (its registered source),
+    by what configs/<name>.json says name is."""
+    kind = source_of(name)
+    if kind not in SOURCES:
+        raise CheckpointError(f"{paths.config_file(name)}: '{name}' is an outside model; "
+                              "its runs are loaded by the released-models package, which "
+                              f"its stages run: `dvc repro outside_extract@{name}` (or any "
+                              "outside_* stage; stages/outside.py)")
+    return SOURCES[kind](name, val_sequences, what)
 
 
 T = TypeVar("T")
 
 
-def map_runs(name: str, measure: Callable[..., T], *args: Any,
-             outside_model: bool = False) -> list[T]:
+def map_runs(name: str, measure: Callable[..., T], *args: Any) -> list[T]:
     """measure(run, *args) on each trained run of cell `name` (trained_runs at its
     defaults), in seed order: side by side where the cell trained its runs so
     (configs/<cell>.json's train.seed_processes), one spawned process per run on its
     share of the cell's threads, the share each run trained on; else one after another
     here, on every thread. A run's numbers depend on its thread count alone, which the
     config fixes. measure is a module-level function (the processes import it).
-    outside_model: name is an outside model, whose one run is measured here."""
-    if outside_model:
-        return [measure(run, *args) for run in outside_runs(name)]
+    An outside model's one run is measured here (its registered source)."""
+    if source_of(name) != "cell":
+        return [measure(run, *args) for run in runs_of(name)]
     config = paths.config_file(name)
     cell = load_cell(config) if config.is_file() else None
     files = paths.run_files(name)

@@ -52,7 +52,7 @@ Forward only (extract, diagnose, clamp: no graph, one batch at a time):
     float64 readout (diagnose: Lemma 1's copy of what read() runs, not the whole model)
               = readout_params * 8 + tokens * (3 * vocab * 8 + n_coda * c * d_model * 4
                 + 2 * d_model * 8)
-An outside model (a released checkpoint: loopscope.weights.outside) is sized the same
+An outside model (a released checkpoint: loopscope.released.outside) is sized the same
 way from its config.json (outside_shape), at its own precision (bf16 on a GPU).
 
 The check: on the CPU, the limit is the smaller of the available memory psutil reports
@@ -210,7 +210,7 @@ def cell_shape(cell: CellConfig, n_params: int | None = None) -> Shape:
 def outside_shape(cfg: OutsideConfig, model: Any, weight_bytes: int) -> Shape:
     """An outside model's Shape from its adapter's config (model: d_model, n_heads,
     intermediate, vocab_size, context, n_coda, mean_recurrence, param_count() and
-    readout_param_count(), as loopscope.weights.huginn_config.HuginnConfig has them):
+    readout_param_count(), as loopscope.released.huginn_config.HuginnConfig has them):
     a sandwich block with a gated MLP keeps about SANDWICH_BLOCK_BYTES d + 6 x
     intermediate bytes per token at 16 bits (its fc output, 2 x intermediate wide, and
     the gated product)."""

@@ -26,7 +26,7 @@ from loopscope.base import paths
 from loopscope.base.outputs import read_json, read_metrics
 from loopscope.judge.cells import cell_group
 from loopscope.judge.experiments import flips, recorded, run_counts, stale, verdict_columns
-from loopscope.measure.units import FEWEST_UNITS, MIN_UNITS
+from loopscope.stats.units import FEWEST_UNITS, MIN_UNITS
 from loopscope.weights.config import load_cell
 
 PAPERS = {"paper_a": "A", "paper_b": "B"}
@@ -297,7 +297,7 @@ def units_statement(stage: str, cells: list[str]) -> str:
     """What the report's intervals resample, read from the units `stage` recorded for
     each of `cells` ("diagnose" for paper A's, "convergence" for paper B's). Each stage
     takes documents as units where the windows span at least UNIT_RULE[stage] of them,
-    and blocks of windows within documents otherwise (loopscope.measure.units); where
+    and blocks of windows within documents otherwise (loopscope.stats.units); where
     blocks are used the statement says within how many documents, and whether documents
     were resampled first (with the design effect: the variance that adds)."""
     groups: dict[tuple[str, int], list[str]] = {}

@@ -207,7 +207,7 @@ def runtime_rows(bench: dict[str, Any]) -> list[dict[str, str]]:
     """metrics/bench/exits.json as rows: each mode and policy's realized (wall clock) and
     FLOP speedup against the baseline (the smallest uniform depth matching depth R) and
     against depth R, and whether the mode's timings pass the depth check (uniform depth
-    R within its share of uniform depth B's time; loopscope.measure.bench_exits)."""
+    R within its share of uniform depth B's time; loopscope.measure.bench.bench_exits)."""
     base = bench["baseline_depth"]
     return [{"mode": mode, "policy": p, "mean loops": f"{b['mean_loops'][p]:.2f}",
              f"realized vs depth {base}": f"{b['realized'][p]:.2f}x",

@@ -14,7 +14,7 @@ from loopscope.base import paths
 from loopscope.base.outputs import loop_order, read_metrics, read_table
 from loopscope.judge.cells import cell_group, control, recipe
 from loopscope.judge.paper_a import PAPER_CONTROL_NORMS, PAPER_DRIFT_NORMS
-from loopscope.measure.sweep import sweep_means
+from loopscope.measure.per_loop.sweep import sweep_means
 from loopscope.weights.config import load_cell
 
 

@@ -20,8 +20,8 @@ from loopscope.judge.cells import cell_group, paper_b_backbones
 from loopscope.judge.criteria import Criteria
 from loopscope.judge.metrics_b import ConvergenceMetrics, PolicyMetrics
 from loopscope.judge.settling import LABELS, Tokens, by_type, percent
-from loopscope.measure.intervals import Interval
 from loopscope.render.report_tables import claims, criteria_values
+from loopscope.stats.intervals import Interval
 from loopscope.weights.config import CellConfig, load_cell
 
 TYPE_ORDER = ("whitespace", "punctuation", "number", "function word", "content word")
@@ -405,7 +405,7 @@ def speedup_table(bench: dict[str, Any]) -> pd.DataFrame:
 
 
 def depth_check_line(bench: dict[str, Any]) -> str:
-    """One paragraph: each mode's depth check (loopscope.measure.bench_exits): uniform
+    """One paragraph: each mode's depth check (loopscope.measure.bench.bench_exits): uniform
     depth R's median time over uniform depth B's against the bound, its rounds, retimes
     and rounds still over; a mode that fails is named, its ratios to be read as the
     machine's noise as much as the runtime's."""

@@ -4,10 +4,10 @@
     python -m loopscope.tools.bench train [--cells a b] [--steps 10] [--repeats 5] [--out FILE]
 
 Timings on a shared machine are noisy, so every number that matters here is a ratio of
-medians measured in the same run, configurations interleaved (loopscope.measure.rounds).
+medians measured in the same run, configurations interleaved (loopscope.measure.bench.rounds).
 Not a test: nothing here asserts a speed.
 
-exits (loopscope.measure.bench_exits): does the adaptive runtime turn a policy's saved
+exits (loopscope.measure.bench.bench_exits): does the adaptive runtime turn a policy's saved
 loops into wall-clock time? The stage bench_exits runs the same benchmark
 (-> metrics/bench/exits.json).
 train (loopscope.tools.bench_train): how fast is a training step, per precision, and how
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from loopscope.base import paths
 from loopscope.base.files import write_json
 from loopscope.base.outputs import read_metrics
-from loopscope.measure import bench_exits
+from loopscope.measure.bench import bench_exits
 from loopscope.measure.params import load
 from loopscope.stage import execute
 from loopscope.tools import bench_train

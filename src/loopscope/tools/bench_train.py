@@ -3,7 +3,7 @@
     python -m loopscope.tools.bench train [--cells a b] [--steps 10] [--repeats 5] [--out FILE]
 
 Run by hand, not a pipeline stage. Timings: every number that matters is a ratio of
-medians measured side by side (loopscope.measure.rounds). Not a test: nothing here asserts a
+medians measured side by side (loopscope.measure.bench.rounds). Not a test: nothing here asserts a
 speed.
 
 How fast is a training step, per precision, and how close does it come to this
@@ -47,7 +47,7 @@ from loopscope.base import paths
 from loopscope.base.errors import ParamsError
 from loopscope.base.files import write_json
 from loopscope.base.machine import cpu_model
-from loopscope.measure.rounds import interleaved_rounds, top_operators
+from loopscope.measure.bench.rounds import interleaved_rounds, top_operators
 from loopscope.params import Params, load_params
 from loopscope.stage import execute
 from loopscope.weights import compute

@@ -49,10 +49,10 @@ from loopscope.base.files import atomic_output, write_json
 from loopscope.base.machine import cpu_model
 from loopscope.base.outputs import loop_order
 from loopscope.judge.params import ClaimsConfig
-from loopscope.measure.intervals import Interval
 from loopscope.params import parse_params
 from loopscope.render.summary import markdown_table, runtime_rows
 from loopscope.stage import execute
+from loopscope.stats.intervals import Interval
 from loopscope.weights.resolve import resolve_cell
 
 CELL = "backbone"  # the cell every experiment retrains

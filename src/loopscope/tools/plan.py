@@ -58,9 +58,9 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.base import paths
-from loopscope.measure.exits import KNOWN
-from loopscope.measure.policies import settings
-from loopscope.measure.rules import TIMED
+from loopscope.measure.exit_rules.exits import KNOWN
+from loopscope.measure.exit_rules.policies import settings
+from loopscope.measure.exit_rules.rules import TIMED
 from loopscope.params import Params, load_params
 from loopscope.preflight import memory
 from loopscope.preflight.memory import GIB, num_params
@@ -88,7 +88,8 @@ POLICY_STAGES = ("policies",)
 ONCE_STAGES = ("throughput", "bench_exits", "headline", "claims", "plots", "summary")
 REPORT_STAGES = ("report_blind_spot", "report_convergence", "report_index")
 CLAMP_PASSES = 2  # diagnose@<cell>'s clamp: one pass per mode (clamp.CLAMP_MODES)
-BENCH_POLICIES = len(TIMED)  # the rules bench_exits times (loopscope.measure.rules.TIMED)
+BENCH_POLICIES = len(TIMED)  # the rules bench_exits times
+(loopscope.measure.exit_rules.rules.TIMED)
 
 
 def assumed_device(cell: CellConfig, device: str | None = None) -> str:

@@ -22,7 +22,8 @@ import torch
 from loopscope.params import Params
 from loopscope.preflight import memory
 from loopscope.preflight.memory import GIB
-from loopscope.weights import compute, outside
+from loopscope.released import outside
+from loopscope.weights import compute
 from loopscope.weights.outside_config import OutsideConfig
 
 STAGES = ("outside_prepare", "outside_extract", "outside_diagnose", "outside_convergence",

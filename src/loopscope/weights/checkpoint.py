@@ -110,7 +110,7 @@ def load_model(path: Path) -> tuple[LoopedLM, CellConfig]:
 
 
 def module_file(name: str) -> Path | None:
-    """The source file of a loopscope module ("loopscope.measure.sweep"), or None."""
+    """The source file of a loopscope module ("loopscope.measure.per_loop.sweep"), or None."""
     parts = name.split(".")
     if parts[0] != "loopscope":
         return None
@@ -123,7 +123,7 @@ def module_file(name: str) -> Path | None:
 
 def imports(tree: ast.AST) -> set[str]:
     """The loopscope modules a syntax tree imports, anywhere (inside functions too):
-    `from loopscope.measure import runtime` names the module loopscope.measure.runtime,
+    `from loopscope.measure import runtime` names the module loopscope.measure.bench.runtime,
     `from loopscope.measure.runs import Run` the module loopscope.measure.runs."""
     found = set()
     for node in ast.walk(tree):

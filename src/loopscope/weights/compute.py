@@ -44,6 +44,19 @@ def uses_cuda(device: str, cuda_available: bool | None = None) -> bool:
     return device == "cuda" or (device == "auto" and cuda_available)
 
 
+def device_for(device: str, key: str, cuda_available: bool | None = None) -> torch.device:
+    """The one device rule, for a trained run (train.device) and an outside model
+    (outside.<name>.device) alike: cuda for `cuda`, or `auto` where torch sees a CUDA
+    device, else the CPU; a ParamsError naming key for `cuda` without one, asked before
+    any work so that it fails in a second. cuda_available: assume it (plan, for another
+    machine)."""
+    available = torch.cuda.is_available() if cuda_available is None else cuda_available
+    if device == "cuda" and not available:
+        raise ParamsError(f"'{key}' is 'cuda' but torch sees no CUDA device; set it to auto "
+                          "or cpu (or install a CUDA build of torch).")
+    return torch.device("cuda" if uses_cuda(device, available) else "cpu")
+
+
 @functools.cache
 def native_bf16_cpu() -> bool:
     """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX tiles), as torch's
@@ -94,15 +107,11 @@ def resolve(cfg: TrainConfig) -> Compute:
     Asked for before any step, so `cuda` on a machine without one fails in a second.
     Under torchrun on CUDA each process takes the GPU of its LOCAL_RANK.
     """
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise ParamsError("'train.device' is 'cuda' but torch sees no CUDA device; set it to "
-                          "auto or cpu (or install a CUDA build of torch).")
-    cuda = uses_cuda(cfg.device)
+    device = device_for(cfg.device, "train.device")
+    cuda = device.type == "cuda"
     if cuda and dist.is_initialized():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cuda" if cuda else "cpu")
     return Compute(device, uses_bf16(cfg.precision, cuda))
 
 

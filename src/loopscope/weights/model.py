@@ -23,8 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from loopscope.looped.types import KV, Cost, LoopHook
 from loopscope.weights.config import ModelConfig, Read
-from loopscope.weights.looped_types import KV, Cost, LoopHook
 
 
 class RMSNorm(nn.Module):
@@ -300,7 +300,7 @@ class LoopedLM(nn.Module):
         """Unique parameters (the tied head counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    # The looped-model interface's attributes (loopscope.measure.looped.LoopedModel)
+    # The looped-model interface's attributes (loopscope.looped.interface.LoopedModel)
     @property
     def loops(self) -> int:
         """K, the depth the model trained at (a backbone's R, the depth it is read at)."""
@@ -473,7 +473,7 @@ class LoopedLM(nn.Module):
 class Reader(nn.Module):
     """What LoopedLM.read runs (the coda, the readout's norm and the head), holding the
     model's own modules: its forward is LoopedLM.read, the same code, so a float64 copy
-    of it (loopscope.measure.sweep) computes exactly what a float64 copy of the whole
+    of it (loopscope.measure.per_loop.sweep) computes exactly what a float64 copy of the whole
     model would, at the cost of the readout's weights alone."""
 
     def __init__(self, model: LoopedLM) -> None:

@@ -10,7 +10,7 @@ name, the directory and its config.json) and writes it, resolved, to
 configs/<name>.json, which the outside stages read (dvc.yaml's `outside_*` stages, over
 `outside:`); its validation text is tokenized with its own tokenizer.json
 (`outside_prepare@<name>`). This module holds what that file contains and imports no
-torch, so the judges read it too; loading the model is loopscope.weights.outside's.
+torch, so the judges read it too; loading the model is loopscope.released.outside's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from loopscope.base.errors import ParamsError
 
-# The layouts loopscope reads, by adapter name (loopscope.weights.outside.ADAPTERS loads
+# The layouts loopscope reads, by adapter name (loopscope.released.outside.ADAPTERS loads
 # each; tests/test_outside.py checks the two lists agree): huginn (Huginn-0125), ouro
 # (ByteDance's Ouro-1.4B and Ouro-2.6B)
 Adapter = Literal["huginn", "ouro"]
@@ -67,6 +67,16 @@ class OutsideConfig:
     @classmethod
     def from_json(cls, text: str) -> OutsideConfig:
         return cls(**json.loads(text)["outside"])
+
+
+def is_outside(path: str | Path) -> bool:
+    """Whether a config written by the configure stage is an outside model's (to_json
+    marks it) rather than a cell's."""
+    try:
+        return "outside" in json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ParamsError(f"{path}: not a readable config ({err}); rerun `dvc repro "
+                          "configure`.") from None
 
 
 def load_outside(path: str | Path) -> OutsideConfig:

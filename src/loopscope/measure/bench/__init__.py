@@ -1,0 +1,2 @@
+"""The exit runtime and its benchmark: only the bench stages run these.
+"""

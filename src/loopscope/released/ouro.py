@@ -1,0 +1,452 @@
+"""Ouro's layout: ByteDance's looped language models (Ouro-1.4B, Ouro-2.6B) as looped
+models.
+
+Zhu et al. 2025, "Scaling Latent Reasoning via Looped Language Models" (Ouro, LoopLM),
+written here from the architecture's description and checked, loop by loop, against the
+published implementation at a tiny configuration (tests/test_ouro.py):
+
+    tokens -> embedding = e = H_0           (no prelude, no embedding scale)
+    loop k: H_k = core(carry(H_{k-1}))      (all num_hidden_layers decoder layers)
+            carry(H_0) = H_0, carry(H_k) = norm(H_k) for k >= 1
+    read:   logits = head(norm(H_k))
+    exit:   lambda_k = sigmoid(early_exit_gate(norm(H_k)))
+
+- the published forward applies the final norm after every recurrent step, and the
+  *normed* state is what the next step starts from, what the head reads and what the
+  exit gate sees. Here H_k is the residual stream before that norm, and the norm is
+  the carry and the first thing `read` and `exit_score` do: the same numbers, with the
+  norm at the readout (what paper A's Lemma 1 reads) and between loops (as paper A's
+  inter-loop norm), so the state's scale is the residual stream's, not the norm's gain;
+- the embedding enters once: it is the first loop's input and is not re-injected, so
+  H_0 is the embedding itself (not random) and `step` ignores e;
+- a decoder layer normalizes before and after each sub-block, inside the residual:
+  x = x + n2(attn(n1(x))); x = x + n4(mlp(n3(x))) (input_layernorm, input_layernorm_2,
+  post_attention_layernorm, post_attention_layernorm_2), every norm an RMSNorm computed
+  in float32 (rms_norm_eps) and cast back before its gain;
+- attention: separate q, k, v, o projections without bias, grouped-query heads
+  (num_key_value_heads), the rotary embedding on the two halves of each head (base
+  rope_theta, computed in float32) at the tokens' positions, causal scaled dot-product
+  attention, scale 1 / sqrt(head_dim);
+- the MLP is SiLU-gated: down(silu(gate(x)) * up(x));
+- the exit gate is Linear(hidden, 1) with a bias; the published code turns its per-loop
+  sigmoid lambda_k into an exit distribution (lambda_k times the mass not yet exited,
+  the rest at the last loop) and exits where its running sum reaches
+  early_exit_threshold q: loopscope's exit-score rule (measure/exits.ExitScore) is that
+  rule, at threshold 1 - q (it exits once prod (1 - lambda_j) < 1 - q).
+
+The parameters carry Ouro's names (model.embed_tokens, model.layers.<i>...,
+model.norm, model.early_exit_gate, lm_head), so a checkpoint directory in Ouro's layout
+loads by name (load_ouro). OuroLM implements the looped-model interface
+(loopscope.looped.interface.LoopedModel).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from loopscope.base.errors import CheckpointError
+from loopscope.looped.types import KV, Cost
+from loopscope.released.huginn import group_by_file, weight_files, widened
+from loopscope.released.ouro_config import OuroConfig
+
+TOKENIZER = "tokenizer.json"
+TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints also hold
+
+
+class OuroNorm(nn.Module):
+    """RMSNorm as Ouro computes it: normalized in float32 (or wider), cast back to the
+    input's dtype, then scaled by the gain (so bf16 weights give Ouro's bf16 numbers)."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = widened(x)
+        z = z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * z.type_as(x)
+
+
+class Rotary(nn.Module):
+    """The rotary embedding's inverse frequencies, base^(-2i / head_dim), computed as
+    the published default does; cos and sin are formed per call at the tokens' positions
+    (Ouro keeps no table). Not a parameter and not saved."""
+
+    def __init__(self, head_dim: int, base: float) -> None:
+        super().__init__()
+        self.head_dim, self.base = head_dim, base
+        self.register_buffer("inv_freq", self.frequencies(), persistent=False)
+
+    def frequencies(self, device: torch.device | str | None = None) -> torch.Tensor:
+        pairs = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float()
+        return 1.0 / (self.base ** (pairs / self.head_dim))
+
+    def rebuild(self, device: torch.device | str) -> None:
+        """Recompute the frequencies on a device (after building on the meta device)."""
+        self.inv_freq = self.frequencies(device)
+
+    def at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin at positions (T,) or (B, T), float32, shaped to broadcast over the
+        heads of (B, H, T, head_dim): (1 or B, 1, T, head_dim), the angles repeated over
+        the two halves of a head."""
+        angles = positions.float()[..., None] * self.inv_freq.float()
+        angles = torch.cat([angles, angles], dim=-1)
+        if angles.ndim == 2:
+            angles = angles[None]
+        return torch.cos(angles)[:, None], torch.sin(angles)[:, None]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, T, head_dim) turned by its angles, the first half of each head paired with
+    the second, in float32 (or wider), returned in x's dtype."""
+    z = widened(x)
+    a, b = z.chunk(2, dim=-1)
+    return (z * cos + torch.cat([-b, a], dim=-1) * sin).type_as(x)
+
+
+class Attention(nn.Module):
+    """Ouro's causal self-attention with grouped-query heads (see the module doc), with an
+    optional override (the contract of loopscope.looped.interface): kv(q, k, v) -> y gets
+    q (B, n_heads, T, head_dim), k and v (B, n_kv_heads, T, head_dim) after the rotary
+    embedding, and applies the causal mask and the scale itself."""
+
+    def __init__(self, cfg: OuroConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        d, width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(d, width, bias=False)
+        self.k_proj = nn.Linear(d, kv_width, bias=False)
+        self.v_proj = nn.Linear(d, kv_width, bias=False)
+        self.o_proj = nn.Linear(width, d, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                kv: KV | None = None) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rotate(q, *rope), rotate(k, *rope)
+        y = kv(q, k, v) if kv is not None else F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_heads != self.n_kv_heads)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class GatedMLP(nn.Module):
+    """down(SiLU(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: OuroConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.intermediate, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.intermediate, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """x = x + n2(attn(n1(x))); x = x + n4(mlp(n3(x))): each sub-block's output is
+    normalized before it joins the residual stream, which bounds what one loop adds."""
+
+    def __init__(self, cfg: OuroConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = GatedMLP(cfg)
+        self.input_layernorm = OuroNorm(cfg.d_model, cfg.norm_eps)
+        self.input_layernorm_2 = OuroNorm(cfg.d_model, cfg.norm_eps)
+        self.post_attention_layernorm = OuroNorm(cfg.d_model, cfg.norm_eps)
+        self.post_attention_layernorm_2 = OuroNorm(cfg.d_model, cfg.norm_eps)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                kv: KV | None = None) -> torch.Tensor:
+        x = x + self.input_layernorm_2(self.self_attn(self.input_layernorm(x), rope, kv))
+        return x + self.post_attention_layernorm_2(self.mlp(self.post_attention_layernorm(x)))
+
+
+def cost(cfg: OuroConfig) -> Cost:
+    """Forward FLOPs per token of Ouro's layout at a config: 2 per weight of every matrix
+    a token goes through, plus attention's two products at the mean query position of a
+    full context (2 n_heads head_dim (T + 1) per layer), as loopscope.weights.model.cost
+    counts them. No prelude (the embedding is a lookup); a loop is every decoder layer;
+    a readout is the head. A function of the config alone, so `plan` needs no weights."""
+    d, width = cfg.d_model, cfg.n_heads * cfg.head_dim
+    matrices = d * (2 * cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim + 3 * d * cfg.intermediate
+    layer = 2 * matrices + 2 * width * (cfg.context + 1)
+    return Cost(prelude=0.0, loop=cfg.n_core * layer, readout=2 * d * cfg.vocab_size)
+
+
+def _no_overrides(kvs: list[KV] | None, part: str) -> None:
+    """Ouro has no attention in its prelude or readout: only None or no override."""
+    if kvs:
+        raise ValueError(f"{len(kvs)} attention overrides for Ouro's {part}, which has no "
+                         "attention blocks")
+
+
+class OuroLM(nn.Module):
+    """Ouro's layout with the looped-model interface (loopscope.looped.interface).
+
+    The module tree repeats the published one, so that named_parameters() are Ouro's
+    parameter names. Precision: the weights' dtype (fp32 on CPU; bf16 on a GPU, as Ouro
+    is released); norms and the rotary embedding compute in float32 either way, and
+    the logits and exit probabilities are float32."""
+
+    def __init__(self, cfg: OuroConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model = nn.ModuleDict(dict(
+            embed_tokens=nn.Embedding(cfg.vocab_size, cfg.d_model),
+            layers=nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_core)),
+            norm=OuroNorm(cfg.d_model, cfg.norm_eps),
+            early_exit_gate=nn.Linear(cfg.d_model, 1)))
+        self.lm_head = (None if cfg.tie_embeddings
+                        else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False))
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_base)
+        self.tokenizer: Tokenizer | None = None  # set by load_ouro
+        self.read_depth: int | None = None  # R where it is not total_ut_steps (loops)
+
+    # The looped-model interface's attributes, and the training depth
+    @property
+    def loops(self) -> int:
+        """R, the depth it is read at: Ouro's total_ut_steps, unless set (an outside
+        model's `loops`: loopscope.released.outside.load)."""
+        return self.cfg.mean_recurrence if self.read_depth is None else self.read_depth
+
+    @loops.setter
+    def loops(self, value: int) -> None:
+        if value < 1:
+            raise ValueError(f"the depth it is read at must be >= 1, got {value}")
+        self.read_depth = value
+
+    @property
+    def d_model(self) -> int:
+        return self.cfg.d_model
+
+    @property
+    def context(self) -> int:
+        return self.cfg.context
+
+    @property
+    def kv_blocks(self) -> int:
+        """Attention overrides `step` takes: one per decoder layer."""
+        return self.cfg.n_core
+
+    prelude_blocks = 0  # `inputs` is the embedding alone: no attention before the loop
+    coda_blocks = 0  # `read` is the final norm and the head: no attention after it
+    random_state = False  # H_0 is the embedding itself (initial_state)
+
+    @property
+    def readout_eps(self) -> float:
+        """The eps of the final norm, which normalizes the state first thing in `read`."""
+        return self.cfg.norm_eps
+
+    @property
+    def nominal_mean(self) -> int:
+        """The depth it trained at: total_ut_steps, every step (Ouro's depth is fixed;
+        its training loss weighs the steps by the exit gate's distribution)."""
+        return self.cfg.mean_recurrence
+
+    @property
+    def sampler_mean(self) -> float:
+        """E[r] of its training depth: total_ut_steps, fixed."""
+        return float(self.cfg.mean_recurrence)
+
+    def cost(self) -> Cost:
+        """Forward FLOPs per token of its parts (cost)."""
+        return cost(self.cfg)
+
+    def exit_score(self, h: torch.Tensor) -> torch.Tensor:
+        """lambda (...) from states (..., d): the exit gate's probability that a token
+        exits at this loop, sigmoid(early_exit_gate(norm(h))), float32 (the gate reads
+        the normed state, as in the published forward)."""
+        gate = self.model.early_exit_gate(self.model.norm(h))
+        return torch.sigmoid(widened(gate)).squeeze(-1)
+
+    # The interface's methods; positions (T,) or (B, T) default to 0 .. T - 1
+    def _rope(self, t: int, positions: torch.Tensor | None, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        if positions is None:
+            if t > self.cfg.context:
+                raise ValueError(f"sequence length {t} exceeds the context {self.cfg.context}")
+            positions = torch.arange(t, device=device)
+        elif positions.shape[-1] != t:
+            raise ValueError(f"positions give {positions.shape[-1]} tokens, the input {t}")
+        elif positions.numel() and (int(positions.min()) < 0
+                                    or int(positions.max()) >= self.cfg.context):
+            raise ValueError(f"positions must lie in [0, {self.cfg.context}) (config.json's "
+                             f"max_position_embeddings), got "
+                             f"{int(positions.min())}..{int(positions.max())}")
+        return self.rotary.at(positions.to(device))
+
+    def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
+               kvs: list[KV] | None = None) -> torch.Tensor:
+        """e (B, T, d): the token embedding (no prelude; positions enter in the loop)."""
+        _no_overrides(kvs, "input (no prelude)")
+        if positions is None and idx.shape[1] > self.cfg.context:
+            raise ValueError(f"sequence length {idx.shape[1]} exceeds the context "
+                             f"{self.cfg.context}")
+        return self.model.embed_tokens(idx)
+
+    def initial_state(self, e: torch.Tensor, generator: torch.Generator | None = None
+                      ) -> torch.Tensor:
+        """H_0 = e: Ouro's first loop starts from the embedding (nothing is drawn, so the
+        generator is unused)."""
+        return e
+
+    def carry(self, h: torch.Tensor, first: bool | torch.Tensor = False) -> torch.Tensor:
+        """What a loop starts from: H_0 as it is for loop 1 (the embedding), norm(H_k)
+        for loop k + 1 (the published forward normalizes after every step and hands the
+        normed state on). first: True for H_0, or a bool tensor (h.shape[:-1]) where
+        tokens at different loops share one call."""
+        if first is True:
+            return h
+        normed = self.model.norm(h)
+        if first is False:
+            return normed
+        return torch.where(first[..., None], h, normed)
+
+    def step(self, h: torch.Tensor, e: torch.Tensor, kvs: list[KV] | None = None,
+             k: int | torch.Tensor | None = None, positions: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        """One loop: H_k = the decoder layers on carry(H_{k-1}), before the final norm.
+        e is not used (Ouro does not re-inject its input: it entered as H_0). kvs: one
+        attention override per decoder layer (contract: Attention). k: the loop's index
+        (1-based; an int or a (B,) tensor); the published code uses it only to key its
+        KV cache, so the state does not depend on it. positions: the tokens' rotary
+        positions (T,) or (B, T)."""
+        if k is not None and int(torch.as_tensor(k).min()) < 1:
+            raise ValueError(f"the loop index k is 1-based, got {k}")
+        if kvs is not None and len(kvs) != self.cfg.n_core:
+            raise ValueError(f"{len(kvs)} attention overrides for {self.cfg.n_core} decoder "
+                             "layers")
+        rope = self._rope(h.shape[1], positions, h.device)
+        for i, layer in enumerate(self.model.layers):
+            h = layer(h, rope, kvs[i] if kvs is not None else None)
+        return h
+
+    def read(self, h: torch.Tensor, last: bool = True, positions: torch.Tensor | None = None,
+             kvs: list[KV] | None = None) -> torch.Tensor:
+        """A loop's state (B, T, d) -> logits (B, T, V), float32 or wider: the final norm,
+        then the head. Every loop reads the same way (last and positions change
+        nothing; Ouro has no coda, so kvs is None or empty)."""
+        _no_overrides(kvs, "readout (no coda)")
+        return widened(F.linear(self.model.norm(h), self.head_weight))
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The readout's matrix: the embedding when tied, else lm_head's."""
+        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def reader(self) -> OuroReader:
+        """The modules read runs, sharing this model's parameters (OuroReader)."""
+        return OuroReader(self)
+
+
+class OuroReader(nn.Module):
+    """What OuroLM.read runs (the final norm and the head: the embedding when tied, else
+    lm_head) with the model's own modules under the same names: its forward is
+    OuroLM.read, the same code, so a float64 copy (loopscope.measure.per_loop.sweep) holds the
+    readout alone."""
+
+    def __init__(self, model: OuroLM) -> None:
+        super().__init__()
+        self.cfg, self.lm_head = model.cfg, model.lm_head
+        parts = dict(norm=model.model.norm)
+        if model.lm_head is None:  # tied: the embedding is the head
+            parts["embed_tokens"] = model.model.embed_tokens
+        self.model = nn.ModuleDict(parts)
+
+    forward = OuroLM.read
+    head_weight = OuroLM.head_weight
+
+
+def load_ouro(directory: str | Path, dtype: torch.dtype | str = torch.float32,
+              device: torch.device | str = "cpu") -> OuroLM:
+    """The model in a checkpoint directory in Ouro's layout, in eval mode, with its
+    tokenizer as `.tokenizer`: config.json (Ouro's keys: OuroConfig.read), the weights by
+    Ouro's parameter names in safetensors files (model.safetensors, or the shards a
+    model.safetensors.index.json maps), and tokenizer.json (read with `tokenizers`).
+    Every name and shape is checked against the layout before a weight is read: a
+    missing, unexpected or misshapen parameter is a CheckpointError naming the file and
+    the parameter. With tied embeddings a copy of the embedding as lm_head.weight is
+    accepted (shape-checked and not used).
+
+    Built on the meta device and filled by assignment, so loading needs the weights'
+    memory once, not twice.
+
+    A local directory is the real path. To fetch Ouro-1.4B from the Hugging Face hub
+    first (optional; run nowhere in this project, and it needs the `huggingface_hub`
+    package and network access):
+
+        from huggingface_hub import snapshot_download
+        path = snapshot_download("ByteDance/Ouro-1.4B", allow_patterns=[
+            "config.json", "model*.safetensors*", "tokenizer.json"])
+        model = load_ouro(path, dtype="bfloat16", device="cuda")
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: not a directory (a checkpoint directory in "
+                              "Ouro's layout: config.json, safetensors weights, "
+                              "tokenizer.json)")
+    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+    cfg = OuroConfig.read(directory)
+    tokenizer = read_tokenizer(directory, cfg)
+    with torch.device("meta"):
+        model = OuroLM(cfg)
+    files = weight_files(directory)
+    shapes = {name: tuple(p.shape) for name, p in model.state_dict().items()}
+    optional = {TIED_HEAD: (cfg.vocab_size, cfg.d_model)} if cfg.tie_embeddings else {}
+    check_names(files, shapes, optional)
+    state = {}
+    for path, names in group_by_file(files, shapes).items():
+        with safe_open(str(path), framework="pt") as f:
+            for name in names:
+                state[name] = f.get_tensor(name).to(device=device, dtype=dtype)
+    model.load_state_dict(state, strict=True, assign=True)
+    model.rotary.rebuild(device)
+    model.tokenizer = tokenizer
+    return model.eval().requires_grad_(False)
+
+
+def read_tokenizer(directory: Path, cfg: OuroConfig) -> Tokenizer:
+    """tokenizer.json, whose ids must index the embedding."""
+    path = Path(directory) / TOKENIZER
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file; the model's own tokenizer is read "
+                              "from the checkpoint directory")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as err:  # tokenizers raises a bare Exception on a malformed file
+        raise CheckpointError(f"{path}: not a tokenizers tokenizer.json ({err})") from err
+    if tokenizer.get_vocab_size() > cfg.vocab_size:
+        raise CheckpointError(f"{path}: {tokenizer.get_vocab_size()} tokens, more than "
+                              f"config.json's vocab_size {cfg.vocab_size}")
+    return tokenizer
+
+
+def check_names(files: dict[str, tuple[Path, tuple[int, ...]]],
+                shapes: dict[str, tuple[int, ...]], optional: dict[str, tuple[int, ...]]) -> None:
+    """CheckpointError naming the files and parameters that do not fit the layout:
+    missing, unexpected, or of another shape than config.json implies."""
+    where = sorted({str(p) for p, _ in files.values()})
+    problems = [f"{name} {shape} is missing (looked in {', '.join(where)})"
+                for name, shape in shapes.items() if name not in files]
+    for name, (path, shape) in files.items():
+        wanted = shapes.get(name, optional.get(name))
+        if wanted is None:
+            problems.append(f"{path}: {name} is not a parameter of Ouro's layout at this "
+                            "config.json")
+        elif shape != wanted:
+            problems.append(f"{path}: {name} has shape {shape}; config.json implies {wanted}")
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more"
+                                            if len(problems) > 8 else "")
+        raise CheckpointError(f"the weights do not fit Ouro's layout: {shown}")

@@ -1,0 +1,3 @@
+"""Statistics without torch: resampling units and bootstrap intervals, shared by the
+measuring stages and the judges.
+"""
