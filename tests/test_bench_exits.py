@@ -44,15 +44,15 @@ def tiny_windows(n: int = 4, t: int = 16) -> tuple[LoopedLM, Windows]:
 def assert_reads_against_the_baseline(out: dict, model: LoopedLM, r: int, b: int,
                                       rules: list[str]) -> None:
     seconds, rounds, cost = out["seconds"], out["round_seconds"], model.cost()
-    assert set(seconds) >= {f"uniform {r}", f"uniform {b}", *rules}
+    assert set(seconds) >= {f"uniform_{r}", f"uniform_{b}", *rules}
     check = out["depth_check"]
     assert check["rounds"] in (3, 6)  # 6: the rounds spread and were doubled
     assert check["holds"] == (check["ratio"] <= depth_bound(r, b))
     for job, times in rounds.items():  # every job: the kept rounds, the median reported
         assert len(times) == check["rounds"] and seconds[job] == statistics.median(times)
     for n in rules:
-        assert out["realized"][n] == pytest.approx(seconds[f"uniform {b}"] / seconds[n])
-        assert out["realized_vs_r"][n] == pytest.approx(seconds[f"uniform {r}"] / seconds[n])
+        assert out["realized"][n] == pytest.approx(seconds[f"uniform_{b}"] / seconds[n])
+        assert out["realized_vs_r"][n] == pytest.approx(seconds[f"uniform_{r}"] / seconds[n])
         assert out["flop_speedup"][n] / out["flop_speedup_vs_r"][n] == pytest.approx(
             cost.uniform(b) / cost.uniform(r))
 
@@ -62,9 +62,9 @@ def test_exit_benchmark_modes_read_against_the_baseline_with_every_round_kept():
     policies = {"kl": make("kl", 1e-3), "latent-diff": make("latent-diff", 0.3)}
     out = scoring(model, w, policies, r=4, b=2, batch=2, repeats=3)
     assert_reads_against_the_baseline(out, model, 4, 2, list(policies))
-    assert len(out["round_seconds"]["kl (masked forward)"]) == out["depth_check"]["rounds"]
+    assert len(out["round_seconds"]["kl_masked_forward"]) == out["depth_check"]["rounds"]
     assert out["masked_forward_realized"] == pytest.approx(
-        out["seconds"]["uniform 2"] / out["seconds"]["kl (masked forward)"])
+        out["seconds"]["uniform_2"] / out["seconds"]["kl_masked_forward"])
     assert set(out["measured_speedup"]) == set(out["measured_speedup_vs_r"]) == set(policies)
     for streams in (1, 3):  # batch 1 and depth-wise batched: both 3 rounds
         out = decoding(model, w, policies, r=4, b=2, streams=streams, tokens=8, repeats=3)
@@ -75,7 +75,7 @@ def test_when_the_baseline_is_depth_r_one_uniform_job_serves_both():
     model, w = tiny_windows(n=2)
     out = decoding(model, w, {"kl": make("kl", 1e-3)}, r=4, b=4, streams=2, tokens=6,
                    repeats=3)
-    assert [j for j in out["seconds"] if j.startswith("uniform")] == ["uniform 4"]
+    assert [j for j in out["seconds"] if j.startswith("uniform")] == ["uniform_4"]
     assert out["realized"] == out["realized_vs_r"]
 
 
@@ -94,7 +94,7 @@ def test_only_rules_that_exit_before_the_cap_are_timed():
 
 
 def rounds_of(depth8: list[float], depth5: float = 1.0, kl: float = 1.2) -> list[dict]:
-    return [{"uniform 8": v, "uniform 5": depth5, "kl": kl} for v in depth8]
+    return [{"uniform_8": v, "uniform_5": depth5, "kl": kl} for v in depth8]
 
 
 def test_the_depth_bound_is_r_over_b_with_the_declared_slack():
@@ -106,10 +106,10 @@ def test_a_round_where_depth_r_takes_over_r_over_b_is_retimed():
     script = rounds_of([1.6, 2.2, 1.62, 1.58])  # round 1: 2.2x for 1.6x the loops
     out = timed(lambda i: script[i], 8, 5, 3, tokens=100)
     check = out["depth_check"]
-    assert out["round_seconds"]["uniform 8"] == [1.6, 1.62, 1.58]
-    assert out["retimed_seconds"]["uniform 8"] == [2.2]
+    assert out["round_seconds"]["uniform_8"] == [1.6, 1.62, 1.58]
+    assert out["retimed_seconds"]["uniform_8"] == [2.2]
     assert check["retimed"] == 1 and check["failed_rounds"] == 0 and check["holds"]
-    assert check["ratio"] == pytest.approx(1.6) and out["seconds"]["uniform 8"] == 1.6
+    assert check["ratio"] == pytest.approx(1.6) and out["seconds"]["uniform_8"] == 1.6
     assert out["tokens_per_s"]["kl"] == pytest.approx(100 / 1.2)
 
 
@@ -132,7 +132,7 @@ def test_a_mode_where_depth_r_stays_too_slow_is_flagged():
 
 
 def test_when_depth_r_is_the_baseline_the_check_has_nothing_to_break():
-    out = timed(lambda i: {"uniform 4": 1.0 + i / 100, "kl": 0.5}, 4, 4, 3, tokens=10)
+    out = timed(lambda i: {"uniform_4": 1.0 + i / 100, "kl": 0.5}, 4, 4, 3, tokens=10)
     assert out["depth_check"]["holds"] and out["depth_check"]["ratio"] == 1.0
     assert out["retimed_seconds"] == {}
 

@@ -40,7 +40,7 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
     d = 4 * r
     useful = r if useful is None else useful
     steps = {f"k{k}": narrow(-0.02) for k in range(1, r)} if steps is None else steps
-    ws_minus = {"punctuation": iv(-1.0), "content word": iv(-3.0)} \
+    ws_minus = {"punctuation": iv(-1.0), "content_word": iv(-3.0)} \
         if ws_minus is None else ws_minus
     content_minus = {"whitespace": iv(3.0), "punctuation": iv(2.0)} \
         if content_minus is None else content_minus
@@ -76,8 +76,8 @@ def conv(r=8, useful=None, gain=0.2, steps=None, half_gain=0.05, flat=0.004, kl_
                         "share_after_r": iv(share)},
         "types": {"whitespace": {"mean_loop": 2.0, "share": 0.2},
                   "punctuation": {"mean_loop": 3.0, "share": 0.1},
-                  "content word": {"mean_loop": 5.0, "share": 0.3},
-                  "judged": ["whitespace", "punctuation", "content word"],
+                  "content_word": {"mean_loop": 5.0, "share": 0.3},
+                  "judged": ["whitespace", "punctuation", "content_word"],
                   "rare": list(rare), "whitespace_minus": ws_minus,
                   "content_minus": content_minus},
         "saturation": {"useful_depth": int(round(useful)), "share": 0.02,
@@ -103,7 +103,7 @@ def token_table(settling=0.95, cycling=0.03, spread=0.0, docs=40, per_doc=20):
         labels += ["settling"] * k + ["cycling"] * c + ["drifting"] * (per_doc - k - c)
     labels = np.array(labels)
     floor = np.where(labels == "settling", 0.0, 1e-3)
-    table = {"seed": 0, "doc": np.repeat(np.arange(docs), per_doc), "type": "content word",
+    table = {"seed": 0, "doc": np.repeat(np.arange(docs), per_doc), "type": "content_word",
              "change_last": np.full(len(labels), 1e-3)}
     for w in WINDOWS:
         table.update({f"floor_{w:g}R": floor, f"floor_se_{w:g}R": np.zeros(len(labels)),
@@ -184,9 +184,9 @@ def worse_step(k, lo, hi):
     # a tail of 0% is no tail; one that may be under the 2% floor is not shown to be one
     (dict(share=0.0), "tail", "contradicted"),
     (dict(share=0.02), "tail", "inconclusive"),
-    (dict(ws_minus={"punctuation": iv(1.0), "content word": iv(-3.0)}), "token_order",
+    (dict(ws_minus={"punctuation": iv(1.0), "content_word": iv(-3.0)}), "token_order",
      "contradicted"),
-    (dict(ws_minus={"punctuation": iv(0.0, -0.5, 0.5), "content word": iv(-3.0)}),
+    (dict(ws_minus={"punctuation": iv(0.0, -0.5, 0.5), "content_word": iv(-3.0)}),
      "token_order", "inconclusive"),
     (dict(useful=12), "saturation", "contradicted"),
     (dict(useful=3), "saturation", "contradicted"),
@@ -239,7 +239,7 @@ def test_the_fixed_point_row_says_when_the_backbones_differ_in_kind():
     assert row.facts["settling_kinds"] == {"main": "on a floor", "second": "settles"}
     assert row.facts["differ_in_kind"] and "the backbones differ in kind" in row.value
     main = row.facts["settling_shares"]["main"]
-    assert [r["type"] for r in main] == ["all", "content word"]
+    assert [r["type"] for r in main] == ["all", "content_word"]
     assert main[0]["settling"]["value"] == pytest.approx(0.95)
     record = {**row.record(), "id": "B.state_decay.main", "paper": "B", "group": "main"}
     jsonschema.validate(claims_json([], [record]), SCHEMA)  # every field it carries declared
@@ -277,9 +277,9 @@ def test_token_order_is_corrected_for_its_comparisons():
     1 - 0.05 / 4 for the row's four comparisons: the row is inconclusive, where the same
     difference far from zero contradicts it."""
     near = verdicts(conv(ws_minus={"punctuation": iv(0.1, 0.006, 0.21),
-                                   "content word": iv(-3.0)}), pol())["token_order"]
+                                   "content_word": iv(-3.0)}), pol())["token_order"]
     assert near.direction == "inconclusive" and near.record()["comparisons"] == 4
-    far = verdicts(conv(ws_minus={"punctuation": iv(1.0), "content word": iv(-3.0)}), pol())
+    far = verdicts(conv(ws_minus={"punctuation": iv(1.0), "content_word": iv(-3.0)}), pol())
     assert far["token_order"].direction == "contradicted"
 
 

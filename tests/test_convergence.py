@@ -108,7 +108,7 @@ def test_summarize_gives_every_claim_its_interval():
     assert m["convergence"]["median_exit_loop"]["value"] <= med["value"]
     t = m["types"]
     assert t["excluded"] == 3 and "number" not in t
-    assert set(t["whitespace_minus"]) == {"punctuation", "content word"}
+    assert set(t["whitespace_minus"]) == {"punctuation", "content_word"}
     assert set(t["content_minus"]) == {"whitespace", "punctuation"}
 
 
@@ -293,7 +293,7 @@ def test_the_cell_table_has_one_row_per_token_run_by_run():
     assert table["token_id"].dtype == np.int32
     first = table["type"][:n]
     assert first[:3].tolist() == ["special"] * 3  # the constructed specials
-    assert set(first[3:]) == {"whitespace", "punctuation", "content word"}
+    assert set(first[3:]) == {"whitespace", "punctuation", "content_word"}
 
 
 def test_the_headline_reads_the_metrics():

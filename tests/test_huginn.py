@@ -40,8 +40,15 @@ from loopscope.measure.bench.runtime import generate, score
 from loopscope.measure.exit_rules.exits import KL
 from loopscope.measure.exit_rules.masked import masked_forward
 from loopscope.measure.per_loop.sweep import measure, summarize
-from loopscope.released.huginn import HuginnLM, load_huginn
-from loopscope.released.huginn_config import HuginnConfig
+from loopscope.released import loader
+from loopscope.released.huginn import HuginnConfig, HuginnLM
+from loopscope.released.layouts import LAYOUTS as REGISTRY
+
+
+def load_huginn(directory, dtype=torch.float32, device="cpu"):
+    """The shared loader (loopscope.released.loader) with Huginn's layout."""
+    return loader.load(directory, REGISTRY["huginn"], dtype, device)
+
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LAYOUTS = json.loads((FIXTURES / "huginn_names.json").read_text())

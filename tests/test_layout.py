@@ -597,3 +597,44 @@ def test_no_old_synonym_is_left(path):
 def test_the_name_check_fails_on_an_old_synonym():
     assert old_names('m["reference_depth"]; the masked reference') == [
         r"\breference_depth\b", r"masked reference"]
+
+
+# ------------------------------------------------------------- metrics keys
+
+# One naming rule for every key of a metrics file a stage writes: letters, digits and
+# _ - . + only. No space, slash or parenthesis, which `dvc exp show --keep` patterns and
+# shell arguments cannot name plainly; a dot stays inside stable ids (claims' "A.drift.ours")
+# and depths ("1.5R"), where DVC's flattened column names keep the key whole.
+METRIC_KEY = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def bad_keys(value: object, where: str = "") -> list[str]:
+    """The keys of a metrics file's JSON that break METRIC_KEY, as slash paths."""
+    if isinstance(value, dict):
+        return [f"{where}/{k}" for k in value if not METRIC_KEY.fullmatch(str(k))] + [
+            bad for k, v in value.items() for bad in bad_keys(v, f"{where}/{k}")]
+    if isinstance(value, list):
+        return [bad for v in value for bad in bad_keys(v, where)]
+    return []
+
+
+def stage_metrics() -> list[str]:
+    """Every committed metrics file a stage of dvc.yaml declares (`metrics:`)."""
+    found = set()
+    for _, stage in STAGES:
+        for out in stage.get("metrics", []):
+            path = next(iter(out)) if isinstance(out, dict) else str(out)
+            if (ROOT / path).is_file():
+                found.add(path)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("path", stage_metrics())
+def test_every_metrics_key_a_stage_writes_is_addressable(path):
+    assert not bad_keys(json.loads((ROOT / path).read_text())), path
+
+
+def test_the_key_rule_sees_a_space_and_a_slash():
+    found = bad_keys({"whitespace_minus": {"content word": 1, "ok_key": 2},
+                      "list": [{"a/b": 0}], "A.drift.ours": 1})
+    assert found == ["/whitespace_minus/content word", "/list/a/b"]

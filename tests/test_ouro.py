@@ -55,10 +55,16 @@ from loopscope.measure.exit_rules.masked import masked_forward
 from loopscope.measure.exit_rules.policies import sweep_settings
 from loopscope.measure.per_loop.sweep import float64_reader, measure, radial_cosines, summarize
 from loopscope.preflight import memory
-from loopscope.released import outside
-from loopscope.released.ouro import OuroLM, load_ouro
-from loopscope.released.ouro_config import OuroConfig
+from loopscope.released import loader, outside
+from loopscope.released.layouts import LAYOUTS
+from loopscope.released.ouro import OuroConfig, OuroLM
 from loopscope.weights.outside_config import OutsideConfig
+
+
+def load_ouro(directory, dtype=torch.float32, device="cpu"):
+    """The shared loader (loopscope.released.loader) with Ouro's layout."""
+    return loader.load(directory, LAYOUTS["ouro"], dtype, device)
+
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "ouro_tiny"
@@ -362,13 +368,13 @@ def test_one_token_at_its_position_attends_through_the_override():
 def test_depth_training_depth_and_cost():
     model = tiny()
     assert model.loops == model.nominal_mean == 4 and model.sampler_mean == 4.0
-    model.loops = 6
-    assert model.loops == 6
-    with pytest.raises(ValueError, match=">= 1"):
-        model.loops = 0
     cfg = model.cfg
-    assert cfg.param_count() == sum(p.numel() for p in model.parameters())
-    assert cfg.readout_param_count() == sum(p.numel() for p in model.reader().parameters())
+    assert OuroLM(cfg, loops=6).loops == 6  # the depth it is read at, passed in
+    with pytest.raises(ValueError, match=">= 1"):
+        OuroLM(cfg, loops=-1)
+    size = loader.sizing(LAYOUTS["ouro"], cfg)  # counted on the meta device
+    assert size.params == sum(p.numel() for p in model.parameters())
+    assert size.readout_params == sum(p.numel() for p in model.reader().parameters())
     matrices = sum(p.numel() for n, p in model.model.layers.named_parameters() if p.ndim == 2)
     attention = 2 * 32 * (32 + 1)  # per layer, at the mean query position of a full context
     assert model.cost().prelude == 0
@@ -416,6 +422,6 @@ def test_ouro_is_an_outside_adapter():
     assert outside.eos_token(cfg, outside.tokenizer(cfg)) == ("<|endoftext|>", 0)
     model = outside.load(OutsideConfig("m", "ouro", str(TINY), loops=6), torch.device("cpu"))
     assert isinstance(model, OuroLM) and model.loops == 6
-    shape = memory.outside_shape(cfg, outside.model_config(cfg), 4)
+    shape = memory.outside_shape(cfg, outside.sizing(cfg), 4)
     assert (shape.params, shape.loops, shape.context, shape.readout_blocks) == (
         sum(p.numel() for p in model.parameters()), 4, 32, 0)

@@ -8,7 +8,6 @@ refuses what cannot fit. Here on Huginn's layout at a tiny config
 
 import json
 import shutil
-import typing
 from pathlib import Path
 
 import jsonschema
@@ -26,10 +25,8 @@ from loopscope.judge.claims import SCHEMA
 from loopscope.params import parse_params
 from loopscope.preflight import memory
 from loopscope.released import outside
-from loopscope.released.huginn import HuginnLM
-from loopscope.released.huginn_config import HuginnConfig
 from loopscope.tools import plan_outside
-from loopscope.weights.outside_config import Adapter, OutsideConfig, load_outside
+from loopscope.weights.outside_config import OutsideConfig, load_outside
 from loopscope.weights.tokenizer import encode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +49,6 @@ def test_an_outside_entry_is_validated_with_its_key_path():
 
 
 @pytest.mark.parametrize("spec, name, message", [
-    ({"adapter": "hugin", "path": "x"}, "m",
-     "'outside.m.adapter' is 'hugin'; allowed values: huginn"),
     ({"adapter": "huginn"}, "m", "'outside.m.path' is ''; it must be the checkpoint directory"),
     ({"adapter": "huginn", "path": "x", "lops": 4}, "m", "unknown key 'outside.m.lops'. Did you "
                                                         "mean 'loops'?"),
@@ -68,8 +63,10 @@ def test_a_bad_outside_entry_fails_naming_the_key(spec, name, message):
     assert message in str(err.value)
 
 
-def test_every_adapter_params_allows_has_a_loader():
-    assert set(typing.get_args(Adapter)) == set(outside.ADAPTERS)
+def test_an_unknown_adapter_fails_at_configure_naming_the_key_and_the_layouts():
+    with pytest.raises(ParamsError, match="'outside.m.adapter' is 'hugin': no such layout; "
+                                          "the known ones are huginn, ouro"):
+        outside.resolve(OutsideConfig("m", "hugin", str(TINY)))
 
 
 def test_configure_resolves_an_outside_model_and_checks_its_directory(tmp_path):
@@ -98,15 +95,21 @@ def test_its_tokens_are_its_own_tokenizers_without_added_specials():
 
 
 def test_the_memory_estimate_sizes_a_checkpoint_from_its_config_alone():
+    """The sizes come from config.json and the model built on the meta device: the
+    parameters counted there are those that load, tied head or not."""
+    sizes = {}
     for layout in ("huginn_tiny", "huginn_tiny_untied"):
-        hc = HuginnConfig.read(ROOT / "tests" / "fixtures" / layout)
-        model = HuginnLM(hc)
-        assert hc.param_count() == sum(p.numel() for p in model.parameters())
-        assert hc.readout_param_count() == sum(p.numel() for p in model.reader().parameters())
-    shape = memory.outside_shape(OutsideConfig("m", "huginn", str(TINY), context=16), hc, 2)
+        cfg = OutsideConfig("m", "huginn", str(ROOT / "tests" / "fixtures" / layout))
+        size, model = outside.sizing(cfg), outside.load(cfg, torch.device("cpu"))
+        assert size.params == sum(p.numel() for p in model.parameters())
+        assert size.readout_params == sum(p.numel() for p in model.reader().parameters())
+        assert (size.d_model, size.loops) == (model.d_model, model.loops)
+        sizes[layout] = size
+    size = sizes["huginn_tiny_untied"]
+    shape = memory.outside_shape(OutsideConfig("m", "huginn", str(TINY), context=16), size, 2)
     parts = memory.forward_parts(shape, 4, shape.loops, False, 2, float64_readout=True)
-    assert parts["weights"] == hc.param_count() * 2 and shape.context == 16
-    assert parts["float64 readout"] > hc.readout_param_count() * 8
+    assert parts["weights"] == size.params * 2 and shape.context == 16
+    assert parts["float64 readout"] > size.readout_params * 8
 
 
 # ------------------------------------------------------ the stages on an outside model

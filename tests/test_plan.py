@@ -15,8 +15,8 @@ from loopscope.base.timings import TRAINING, cpu_model
 from loopscope.measure.exit_rules.rules import TIMED
 from loopscope.measure.per_loop import clamp
 from loopscope.params import load_params
+from loopscope.tools import flops, plan_outside, probe
 from loopscope.tools import plan as plan_module
-from loopscope.tools import plan_outside, probe
 from loopscope.tools.plan import (
     REPORT_SECONDS,
     STAGE_SECONDS,
@@ -400,8 +400,8 @@ def test_measuring_flops_follow_the_params(tmp_path):
     got, single = (measuring_flops(params, "perloop_normed", c) for c in (two, one))
     assert got["diagnose"] == pytest.approx(2 * single["diagnose"])
     assert got["throughput"] == single["throughput"]  # the first run only
-    assert plan_module.CLAMP_PASSES == len(clamp.CLAMP_MODES)
-    assert plan_module.BENCH_POLICIES == len(TIMED) == 4
+    assert flops.CLAMP_PASSES == len(clamp.CLAMP_MODES)
+    assert flops.BENCH_POLICIES == len(TIMED) == 4
 
 
 def test_measuring_stages_are_dvc_yaml_s():

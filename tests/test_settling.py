@@ -86,7 +86,7 @@ def table_of(kind: str, docs: int = 8, t: int = 8) -> pd.DataFrame:
     x = torch.randint(0, 32, (docs, t), generator=g)
     traj = trajectory(Map(kind).eval(), x, x, None, 4 * R, 4)
     return pd.DataFrame({"seed": 0, "doc": np.repeat(np.arange(docs), t),
-                         "type": "content word", **token_columns(traj, R)})
+                         "type": "content_word", **token_columns(traj, R)})
 
 
 EPS = float(np.finfo(np.float32).eps)
@@ -188,8 +188,8 @@ def test_label_shares_by_type_resample_documents():
         type="whitespace", doc=lambda t: t["doc"] + 100)], ignore_index=True)
     w = windows(R, 4 * R)[0]
     conv = {"settling": {"windows": {w.label: {"from": w.first, "to": w.last}}}}
-    rows = by_type(Tokens(table, 100), conv, Criteria(VALUES), ("whitespace", "content word"))
-    assert [r["type"] for r in rows] == ["all", "whitespace", "content word"]
+    rows = by_type(Tokens(table, 100), conv, Criteria(VALUES), ("whitespace", "content_word"))
+    assert [r["type"] for r in rows] == ["all", "whitespace", "content_word"]
     assert rows[0]["settling"].value == pytest.approx(0.5) and rows[0]["settling"].lo < 0.5
     assert rows[1]["drifting"].value == 1.0 and rows[2]["settling"].value == 1.0
     assert rows[0]["tokens"] == len(table) and set(LABELS) <= set(rows[0])

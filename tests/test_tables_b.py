@@ -172,11 +172,11 @@ def test_saturation_curves_are_zero_at_the_best_depth_with_each_margin():
 
 
 def types_metrics() -> dict:
-    return {"judged": ["whitespace", "content word"], "rare": ["number"], "excluded": 7,
+    return {"judged": ["whitespace", "content_word"], "rare": ["number"], "excluded": 7,
             "whitespace": {"mean_loop": 3.0, "share": 0.25},
-            "content word": {"mean_loop": 5.0, "share": 0.7},
+            "content_word": {"mean_loop": 5.0, "share": 0.7},
             "number": {"mean_loop": 4.0, "share": 0.05},
-            "whitespace_minus": {"content word": iv(-2.0, -2.5, -1.5)},
+            "whitespace_minus": {"content_word": iv(-2.0, -2.5, -1.5)},
             "content_minus": {"whitespace": iv(2.0, 1.5, 2.5)}}
 
 
@@ -185,7 +185,7 @@ def test_token_table_and_the_convergence_line():
          "convergence": {"median_loop": iv(6.0, 5.0, 7.0), "median_exit_loop": iv(4.0),
                          "share_after_r": iv(0.1, 0.08, 0.125), "epsilon": 0.001}}
     by = token_table(m)
-    assert list(by.index) == ["whitespace", "content word", "number"]
+    assert list(by.index) == ["whitespace", "content_word", "number"]
     assert list(by["judged"]) == ["yes", "yes", "too rare"]
     assert list(by["share"]) == ["25.0%", "70.0%", "5.0%"]
     assert list(by["whitespace - this"]) == ["", "-2 [-2.5, -1.5]", ""]
@@ -224,7 +224,7 @@ def test_the_settling_table_shows_each_cells_label_shares_by_type(tmp_path, monk
                      f"backward_{w}R": [0.0] * 30 + [1.0] * 10,
                      f"kl_alternation_{w}R": [0.0] * n})
     table = pd.DataFrame({"seed": 0, "doc": [i // 2 for i in range(n)],
-                          "type": ["whitespace", "content word"] * 20,
+                          "type": ["whitespace", "content_word"] * 20,
                           "change_last": [1e-3] * n, **late})
     paths.table_file("convergence", "bb").parent.mkdir(parents=True)
     table.to_parquet(paths.table_file("convergence", "bb"))
@@ -233,7 +233,7 @@ def test_the_settling_table_shows_each_cells_label_shares_by_type(tmp_path, monk
     shown = settling_table(x, resamples=100)
     assert list(shown.columns) == ["cell", "type", "tokens", "settling", "cycling",
                                    "drifting"]
-    assert list(shown["type"]) == ["all", "whitespace", "content word"]
+    assert list(shown["type"]) == ["all", "whitespace", "content_word"]
     assert set(shown["cell"]) == {"bb"} and list(shown["tokens"]) == [40, 20, 20]
     assert shown["settling"][0].startswith("50.0% [") and shown["cycling"][0].startswith(
         "25.0% [")
@@ -320,7 +320,7 @@ def test_exit_benchmark_tables_and_regime(tmp_path, monkeypatch):
 def test_every_figure_draws_with_an_alt_text_that_names_what_it_shows():
     x = inputs({"bb": conv(4), "bb8": conv(8)})
     palette = {"bb": (0.1, 0.2, 0.3), "bb8": (0.3, 0.2, 0.1)}
-    tokens = pd.DataFrame({"type": ["whitespace", "content word"] * 3,
+    tokens = pd.DataFrame({"type": ["whitespace", "content_word"] * 3,
                            "convergence_loop": [1, 3, 2, 4, 1, 5],
                            "first_below_loop": [1, 2, 2, 3, 1, 4]})
     settings = pd.DataFrame({"rule": ["uniform"] * 2 + ["kl"] * 2, "mean_loops": [4, 8, 3, 5],
@@ -328,7 +328,7 @@ def test_every_figure_draws_with_an_alt_text_that_names_what_it_shows():
                              "default": [False, False, True, False]})
     drawn = [figures_b.elasticity(elasticity_curves(x), palette),
              figures_b.changes(change_curves(x), palette),
-             figures_b.token_loops("bb", tokens, x.conv["bb"], ["whitespace", "content word"],
+             figures_b.token_loops("bb", tokens, x.conv["bb"], ["whitespace", "content_word"],
                                    palette["bb"]),
              figures_b.frontier("bb", settings, 3.11, ["kl"]),
              figures_b.saturation(saturation_curves(x), palette),
@@ -346,8 +346,8 @@ def with_ledger(b: dict, policy_wall: float = 1.0, measured: float = 1.05) -> di
     uniform = {"loop": 0.8, "kv": 0.05, "gather": 0.02, "check": 0.0, "once": 0.05}
     def total(p, wall):
         return {**p, "rest": wall - sum(p.values()), "wall": wall}
-    mode = {"parts": {"uniform 6": total(uniform, 1.0), "kl": total(parts, policy_wall)},
-            "measured": {"uniform 6": 1.0, "kl": measured}}
+    mode = {"parts": {"uniform_6": total(uniform, 1.0), "kl": total(parts, policy_wall)},
+            "measured": {"uniform_6": 1.0, "kl": measured}}
     labels = {"loop": "loops", "kv": "key/value handling", "gather": "gathering",
               "check": "exit checks", "once": "once per token"}
     return {**b, "ledger": {"policy": "kl", "uniform_depth": 6, "labels": labels,

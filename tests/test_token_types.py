@@ -50,8 +50,8 @@ def types_of(tok: Tokenizer, text: str) -> list[tuple[bytes, str]]:
 
 @pytest.mark.parametrize("text, kind", [
     ("  \n", "whitespace"), (" ,", "punctuation"), ("--", "punctuation"), (" 1599", "number"),
-    ("3.14", "number"), (" the", "function word"), ("Thou", "function word"),
-    (" king", "content word"), ("ing", "content word"),
+    ("3.14", "number"), (" the", "function_word"), ("Thou", "function_word"),
+    (" king", "content_word"), ("ing", "content_word"),
 ])
 def test_token_type_names_a_piece_of_text_taken_alone(text, kind):
     assert token_type(text) == kind
@@ -61,11 +61,11 @@ def test_the_same_in_piece_is_a_function_word_alone_and_content_inside_a_word(bp
     ids = bpe.encode(" in the garden, inside the wall").ids
     inside = ids.index(bpe.token_to_id("side")) - 1
     assert ids[0] == ids[inside] == bpe.token_to_id("Ġin")  # one id, two roles
-    assert token_type(bpe.decode([ids[inside]])) == "function word"  # typed alone
+    assert token_type(bpe.decode([ids[inside]])) == "function_word"  # typed alone
     types = typed(bpe, ids)
-    assert types[0] == (b" in", "function word")
-    assert types[inside:inside + 2] == [(b" in", "content word"), (b"side", "content word")]
-    assert types[1] == (b" the", "function word")
+    assert types[0] == (b" in", "function_word")
+    assert types[inside:inside + 2] == [(b" in", "content_word"), (b"side", "content_word")]
+    assert types[1] == (b" the", "function_word")
 
 
 def test_eos_is_special_and_ends_the_word_before_it(bpe):
@@ -75,13 +75,13 @@ def test_eos_is_special_and_ends_the_word_before_it(bpe):
     types = typed(bpe, ids)
     at = ids.index(eos)
     assert types[at] == (b"", "special")
-    assert types[at - 1] == (b" in", "function word")  # not joined with "side"
-    assert types[at + 1] == (b"side", "content word")
+    assert types[at - 1] == (b" in", "function_word")  # not joined with "side"
+    assert types[at + 1] == (b"side", "content_word")
     assert window_types(bpe, np.array([ids]))[0, at] == SPECIAL
 
 
 @pytest.mark.parametrize("text, kind", [
-    (" café", "content word"), (" 東京", "content word"), (" \U0001F600", "punctuation")])
+    (" café", "content_word"), (" 東京", "content_word"), (" \U0001F600", "punctuation")])
 def test_every_byte_piece_of_a_split_character_gets_its_words_type(bpe, text, kind):
     middle = bpe.encode(text).ids
     pieces = token_bytes(bpe)
@@ -90,7 +90,7 @@ def test_every_byte_piece_of_a_split_character_gets_its_words_type(bpe, text, ki
     types = typed(bpe, ids)[len(ids) - len(middle) - 2:-2]
     assert [p for p, _ in types] == [pieces[i] for i in middle]
     assert [t for _, t in types] == ["whitespace" if p == b" " else kind for p, _ in types]
-    assert typed(bpe, ids)[-1] == (b"k", "content word")
+    assert typed(bpe, ids)[-1] == (b"k", "content_word")
 
 
 def _decodes(piece: bytes) -> bool:
@@ -104,7 +104,7 @@ def _decodes(piece: bytes) -> bool:
 def test_numbers_keep_their_separators_across_pieces(bpe):
     types = types_of(bpe, "1,000 and 3.14")
     assert [p for p, _ in types] == [b"1", b",", b"00", b"0", b" a", b"nd", b" 3", b".", b"14"]
-    assert [t for _, t in types] == ["number"] * 4 + ["function word"] * 2 + ["number"] * 3
+    assert [t for _, t in types] == ["number"] * 4 + ["function_word"] * 2 + ["number"] * 3
 
 
 def test_punctuation_and_whitespace_alone(bpe):
@@ -112,25 +112,25 @@ def test_punctuation_and_whitespace_alone(bpe):
     assert (b";", "punctuation") in types and (b"!", "punctuation") in types
     assert types.count((b"\n", "whitespace")) == 2
     assert types_of(bpe, "  the")[0] == (b" ", "whitespace")
-    assert types[-1] == (b"He", "function word")
+    assert types[-1] == (b"He", "function_word")
 
 
 def test_internal_apostrophes_stay_in_the_word(bpe):
     types = types_of(bpe, "don't  o'er the")
     assert [t for p, t in types if p.strip()] == (
-        ["content word"] * 3 + ["function word"] * 4)  # o'er is on the list, o and er not
-    assert types_of(bpe, "the 'er.")[2:4] == [(b"'", "punctuation"), (b"er", "content word")]
+        ["content_word"] * 3 + ["function_word"] * 4)  # o'er is on the list, o and er not
+    assert types_of(bpe, "the 'er.")[2:4] == [(b"'", "punctuation"), (b"er", "content_word")]
 
 
 def test_a_word_cut_by_the_window_edge_is_typed_by_the_part_inside(bpe):
     ids = bpe.encode("inside the wall and in").ids
     side = ids.index(bpe.token_to_id("side"))
-    assert typed(bpe, ids[side:])[0] == (b"side", "content word")
-    assert typed(bpe, ids[:side])[-1][1] == "function word"  # "in" of "inside"
+    assert typed(bpe, ids[side:])[0] == (b"side", "content_word")
+    assert typed(bpe, ids[:side])[-1][1] == "function_word"  # "in" of "inside"
     # A window that starts inside a character: its bytes are a symbol, the next
     # character is whole.
     cut = bpe.encode(" 東京").ids[2:]
-    assert [t for _, t in typed(bpe, cut)] == ["punctuation"] * 2 + ["content word"] * 3
+    assert [t for _, t in typed(bpe, cut)] == ["punctuation"] * 2 + ["content_word"] * 3
 
 
 def test_windows_are_typed_independently_and_shape_is_kept(bpe):
@@ -138,7 +138,7 @@ def test_windows_are_typed_independently_and_shape_is_kept(bpe):
     n = min(len(a), len(b))
     out = window_types(bpe, np.array([a[-n:], b[:n]]))
     assert out.shape == (2, n) and out.dtype == np.int8
-    assert TOKEN_TYPES[out[0, -1]] == "function word"  # " in" ends window 0
+    assert TOKEN_TYPES[out[0, -1]] == "function_word"  # " in" ends window 0
     with pytest.raises(ValueError, match="n_windows, T"):
         window_types(bpe, np.array(a))
 
@@ -153,17 +153,17 @@ def test_token_bytes_recover_the_text(bpe, word):
 
 def test_the_word_level_kind(word):
     types = types_of(word, "don't wait o'er the hill in 1,000 and 3.14! " + UNSEEN)
-    assert types[:3] == [(b"don", "content word"), (b"'", "content word"),
-                         (b"t", "content word")]
-    assert types[6:9] == [(b"o", "function word"), (b"'", "function word"),
-                          (b"er", "function word")]
+    assert types[:3] == [(b"don", "content_word"), (b"'", "content_word"),
+                         (b"t", "content_word")]
+    assert types[6:9] == [(b"o", "function_word"), (b"'", "function_word"),
+                          (b"er", "function_word")]
     assert (b" ", "whitespace") in types and (b"!", "punctuation") in types
     assert [t for p, t in types if p in (b"1", b",", b"000", b"3", b".", b"14")] == (
         ["number"] * 6)
-    assert (b"\xc3\xa9", "content word") in types  # the é of café
+    assert (b"\xc3\xa9", "content_word") in types  # the é of café
     eos, unk = word.token_to_id(EOS), word.token_to_id(UNK)
     ids = word.encode("the hill").ids + [eos, unk] + word.encode("in").ids
-    assert [t for _, t in typed(word, ids)][-3:] == ["special", "special", "function word"]
+    assert [t for _, t in typed(word, ids)][-3:] == ["special", "special", "function_word"]
 
 
 def test_an_unknown_decoder_is_refused():

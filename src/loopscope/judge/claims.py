@@ -31,6 +31,7 @@ from loopscope.judge.cells import (
     recipe,
     training_precision,
 )
+from loopscope.judge.criteria import Criteria
 from loopscope.judge.experiments import cells_digest, criteria_digest
 from loopscope.judge.group_a import CellA
 from loopscope.judge.outside import outside_records
@@ -162,15 +163,16 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
     data = paper_a_cells([c for c in cells if groups[c] != "paper B backbone"], configs)
     main, second = paper_b_backbones({c: configs[c] for c in cells
                                       if groups[c] == "paper B backbone"})
-    judged_a = _records(paper_a_claims(data, values, resamples), "A", configs)
+    base = Criteria(values)  # once per judging run; each judge reads a fresh copy
+    judged_a = _records(paper_a_claims(data, base, resamples), "A", configs)
     conv = paper_b_metrics(cells, [c for c in (main, second) if c is not None], resamples)
     pol = {c: read_metrics("policies", c) for c in policy_cells}
-    rows_b = paper_b_claims(conv, pol, main, second, values)
-    settling.mark_settling(rows_b, conv, [c for c in (main, second) if c is not None], values)
+    rows_b = paper_b_claims(conv, pol, main, second, base)
+    settling.mark_settling(rows_b, conv, [c for c in (main, second) if c is not None], base)
     judged_b = _records(rows_b, "B", configs)
     found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
     meta = read_json(paths.PREPARED / "meta.json", "prepare")
-    released = {"outside": outside_records(list(outside), values, main)} if outside else {}
+    released = {"outside": outside_records(list(outside), base, main)} if outside else {}
     return {
         "$schema": SCHEMA, "schema_version": SCHEMA_VERSION, "papers": PAPERS,
         "provenance": {**provenance, "precision": {"training": training_precision(configs),

@@ -132,3 +132,10 @@ def specification(judge: Callable[[Criteria], Claim], criteria: Criteria,
 
 def _turn(name: str, value: Any, got: Verdict, was: Verdict) -> list[dict[str, Any]]:
     return [] if got == was else [{"parameter": name, "value": value, "verdict": got}]
+
+
+def criteria_of(values: dict[str, float] | Criteria) -> Criteria:
+    """A judge's own Criteria, nothing read yet: from the one the judging run built
+    (loopscope.judge.claims.judge builds it once from params.yaml's claims section), or
+    from plain values (a test's)."""
+    return values.fresh() if isinstance(values, Criteria) else Criteria(values)

@@ -16,7 +16,7 @@ from typing import Any
 from loopscope.base import paths
 from loopscope.base.outputs import read_metrics
 from loopscope.judge.backbone import Backbone
-from loopscope.judge.criteria import Criteria
+from loopscope.judge.criteria import Criteria, criteria_of
 from loopscope.weights.outside_config import load_outside
 
 Metrics = dict[str, dict[str, Any]]  # a model's metrics by stage kind
@@ -74,7 +74,7 @@ def _value(read: Callable[[Metrics], Any], m: Metrics) -> dict[str, Any]:
     return {"value": found, "lo": None, "hi": None, "units": None}
 
 
-def outside_record(name: str, values: dict[str, float], beside: dict[str, Metrics]
+def outside_record(name: str, values: dict[str, float] | Criteria, beside: dict[str, Metrics]
                    ) -> dict[str, Any]:
     """One outside model's record: what it is (adapter, checkpoint, R, the depth it
     trained at, precision), its regime against paper B's, and its rows (STATISTICS),
@@ -82,7 +82,7 @@ def outside_record(name: str, values: dict[str, float], beside: dict[str, Metric
     cfg = load_outside(paths.config_file(name))
     mine = metrics_of(name)
     conv = mine["convergence"]
-    regime = Backbone(name, conv, mine["policies"], Criteria(values))
+    regime = Backbone(name, conv, mine["policies"], criteria_of(values))
     rows = []
     for statistic, unit, read in STATISTICS:
         rows.append({"statistic": statistic, "unit": unit, **_value(read, mine),
@@ -95,7 +95,7 @@ def outside_record(name: str, values: dict[str, float], beside: dict[str, Metric
             "rows": rows}
 
 
-def outside_records(names: list[str], values: dict[str, float], main: str | None
+def outside_records(names: list[str], values: dict[str, float] | Criteria, main: str | None
                     ) -> dict[str, Any]:
     """Every outside model's record (outside_record), beside this run's main paper B
     backbone where there is one."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from loopscope.judge.cells import PAPER_CONTROLS
-from loopscope.judge.criteria import Criteria, specification
+from loopscope.judge.criteria import Criteria, criteria_of, specification
 from loopscope.judge.group_a import (
     CellA,
     GroupA,
@@ -539,7 +539,7 @@ def _every(found: Claim, key: str) -> Claim:
     return found
 
 
-def paper_a_claims(cells: dict[str, CellA], values: dict[str, float],
+def paper_a_claims(cells: dict[str, CellA], values: dict[str, float] | Criteria,
                    resamples: int = 1000) -> list[Claim]:
     """Paper A's claims judged in every recipe group (recipes), each with its
     criterion, this run's value with a 95% interval (units resampled, paired across
@@ -551,7 +551,7 @@ def paper_a_claims(cells: dict[str, CellA], values: dict[str, float],
     over every one, as extensions (READS_CONTROLS). Checks come back with kind "check",
     extensions "extension"."""
     docs = resamples_of(cells, resamples)
-    base = Criteria(values)
+    base = criteria_of(values)
     out = []
     for recipe in recipes(cells) or [None]:
         g = GroupA.of(cells, docs, base, recipe)

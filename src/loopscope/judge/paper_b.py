@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loopscope.judge.backbone import Backbone, shares, steps, worst_step
-from loopscope.judge.criteria import Criteria, specification
+from loopscope.judge.criteria import Criteria, criteria_of, specification
 from loopscope.judge.metrics_b import ConvergenceMetrics
 from loopscope.judge.settling import settled
 from loopscope.judge.verdicts import (
@@ -481,7 +481,7 @@ class _Judging:
 
 
 def paper_b_claims(conv: dict[str, dict[str, Any]], pol: dict[str, dict[str, Any]],
-                   main: str | None, second: str | None, values: dict[str, float]
+                   main: str | None, second: str | None, values: dict[str, float] | Criteria
                    ) -> list[Claim]:
     """Paper B's claims from metrics/convergence and metrics/policies of its backbones,
     each judged at the criteria's values (values: the claims section's), with the seed
@@ -496,7 +496,7 @@ def paper_b_claims(conv: dict[str, dict[str, Any]], pol: dict[str, dict[str, Any
                     ("elasticity", "Elasticity", "monotone to 8, flat after"),
                     ("median_convergence", "Per-token convergence", "median loop 6, ~10% at R"))]
     names = [main, *[c for c in (second,) if c is not None and c in conv]]
-    j = _Judging(conv, pol, names, Criteria(values))
+    j = _Judging(conv, pol, names, criteria_of(values))
     rows: list[tuple[Claim, list[str]]] = []
     for judge in (*ROWS_MAIN, *ROWS_POLICY):
         row = _first(_keyed(judge))

@@ -31,7 +31,7 @@ import pandas as pd
 
 from loopscope.base.errors import DataError
 from loopscope.judge.backbone import Backbone
-from loopscope.judge.criteria import Criteria
+from loopscope.judge.criteria import Criteria, criteria_of
 from loopscope.judge.verdicts import Claim, Comparison, at_least, below
 from loopscope.measure.trajectory.settling import floor_bound
 from loopscope.measure.trajectory.token_types import TOKEN_TYPES
@@ -198,13 +198,13 @@ def kind(b: Backbone) -> str | None:
 
 
 def mark_settling(rows: list[Claim], conv: dict[str, dict[str, Any]], backbones: list[str],
-                  values: dict[str, float]) -> None:
+                  values: dict[str, float] | Criteria) -> None:
     """The fixed-point row (key state_decay) told, at the criteria's values, what each
     backbone's late state does (facts: `settling_kinds`, `differ_in_kind`) and the share
     of each label among its tokens and within each token type (`settling_shares`), and
     in its value where the backbones differ in kind: one settles while the other sits on
     a floor."""
-    judged = {c: Backbone(c, conv[c], None, Criteria(values)) for c in backbones}
+    judged = {c: Backbone(c, conv[c], None, criteria_of(values)) for c in backbones}
     kinds = {c: k for c, b in judged.items() if (k := kind(b)) is not None}
     differ = {"settles", "on a floor"} <= set(kinds.values())
     shares = {c: [{**r, **{k: r[k].to_dict() for k in LABELS}}

@@ -70,12 +70,12 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import torch
 
 from loopscope.base.errors import ResourceError
+from loopscope.looped.types import Sizing
 from loopscope.preflight.disk import format_bytes
 from loopscope.weights import compute
 from loopscope.weights.config import READS, CellConfig, TrainConfig
@@ -207,22 +207,20 @@ def cell_shape(cell: CellConfig, n_params: int | None = None) -> Shape:
                  f"and tokenizer.vocab_size ({m.vocab_size})")
 
 
-def outside_shape(cfg: OutsideConfig, model: Any, weight_bytes: int) -> Shape:
-    """An outside model's Shape from its adapter's config (model: d_model, n_heads,
-    intermediate, vocab_size, context, n_coda, mean_recurrence, param_count() and
-    readout_param_count(), as loopscope.released.huginn_config.HuginnConfig has them):
-    a sandwich block with a gated MLP keeps about SANDWICH_BLOCK_BYTES d + 6 x
-    intermediate bytes per token at 16 bits (its fc output, 2 x intermediate wide, and
-    the gated product)."""
-    context, loops = cfg.context or model.context, cfg.loops or model.mean_recurrence
+def outside_shape(cfg: OutsideConfig, size: Sizing, weight_bytes: int) -> Shape:
+    """An outside model's Shape from its Sizing (the looped-model contract's record of a
+    released config: loopscope.released.loader.sizing): a sandwich block with a gated
+    MLP keeps about SANDWICH_BLOCK_BYTES d + 6 x intermediate bytes per token at 16 bits
+    (its fc output, 2 x intermediate wide, and the gated product)."""
+    context = cfg.context or size.context
     where = f"outside.{cfg.cell}"
-    return Shape(f"outside model '{cfg.cell}'", model.param_count(),
-                 model.readout_param_count(), context, model.d_model, model.n_heads,
-                 model.vocab_size, loops,
-                 SANDWICH_BLOCK_BYTES * model.d_model + 6 * model.intermediate, model.n_coda,
-                 f"{where}.context ({context}), {where}.loops ({loops}) and its config.json's "
-                 f"n_embd ({model.d_model}), intermediate_size ({model.intermediate}) and "
-                 f"vocab_size ({model.vocab_size})", weight_bytes)
+    return Shape(f"outside model '{cfg.cell}'", size.params, size.readout_params, context,
+                 size.d_model, size.n_heads, size.vocab_size, size.loops,
+                 SANDWICH_BLOCK_BYTES * size.d_model + 6 * size.intermediate,
+                 size.coda_blocks,
+                 f"{where}.context ({context}), {where}.loops ({size.loops}) and its "
+                 f"config.json's width ({size.d_model}), MLP width ({size.intermediate}) "
+                 f"and vocab_size ({size.vocab_size})", weight_bytes)
 
 
 def forward_parts(s: Shape, batch: int, loops: int, reads: bool, act: int,

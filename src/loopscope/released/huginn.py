@@ -27,16 +27,17 @@ loop, against the published implementation at tiny configurations
 The parameters carry Huginn's names (transformer.wte, transformer.prelude.<i>...,
 transformer.adapter, transformer.core_block.<i>..., transformer.coda.<i>...,
 transformer.ln_f, lm_head), so a checkpoint directory in Huginn's layout loads by name
-(load_huginn). HuginnLM implements the looped-model interface
+(loopscope.released.loader.load). HuginnLM implements the looped-model interface
 (loopscope.looped.interface.LoopedModel) and adds what a released model needs: positions
 for the rotary embedding, and the loop index.
 """
 
 from __future__ import annotations
 
-import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -45,14 +46,118 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 
 from loopscope.base.errors import CheckpointError
-from loopscope.looped.types import KV, Cost
-from loopscope.released.huginn_config import HuginnConfig
+from loopscope.looped.types import KV, Cost, Spec, Specified
+from loopscope.released.layouts import Files, register
 
-TOKENIZER = "tokenizer.json"
-INDEX = "model.safetensors.index.json"
 ROTARY_TABLE = "freqs_cis"  # the published model's rotary table, saved with its weights
 TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints also hold
 DEPTH_SIGMA = 0.5  # the log-normal's sigma in Huginn's training depth sampler
+
+
+# Huginn's config.json, read into the options loopscope.released.huginn builds from.
+#
+# A checkpoint directory in Huginn's layout describes its model in config.json with the
+# published config class's keys (n_embd, n_heads or num_attention_heads, block_size,
+# n_layers_in_prelude, mean_recurrence, ...). Keys that set a shape are required; the
+# others take the published class's defaults when absent (its own example config omits
+# rope_base, for one). Keys naming a part of the architecture (block_class_name,
+# injection_type, ...) must name the parts this layout implements, so a config for
+# another variant is refused with its key, not loaded into the wrong model. Keys that
+# only the published code's training or generation read (init_strategy, auto_map,
+# transformers_version, ...) are ignored.
+# key -> the one value this layout implements (the published config's defaults)
+FIXED = {"block_class_name": "SandwichBlock", "norm_class_name": "RMSNorm_llama",
+         "mlp_class_name": "GatedMLP", "nonlin_name": "SiLU", "injection_type": "linear",
+         "state_init": "like-init", "sampling_scheme": "poisson-lognormal-filling",
+         "architecture_class_name": "RecurrentGPT"}
+REQUIRED = ("n_embd", "vocab_size", "block_size", "intermediate_size", "n_layers_in_prelude",
+            "n_layers_in_recurrent_block", "n_layers_in_coda", "mean_recurrence")
+DEFAULTS: dict[str, Any] = {"tie_embeddings": True, "bias": False, "qk_bias": True,
+                            "norm_eps": 1e-6, "rope_base": 50_000.0, "mean_backprop_depth": 8,
+                            "test_time_noise": 0}
+
+
+@dataclass(frozen=True)
+class HuginnConfig:
+    """The options of Huginn's layout, in loopscope's words; each field's comment
+    names the config.json key it comes from."""
+
+    d_model: int  # n_embd
+    n_heads: int  # n_heads (num_attention_heads)
+    n_kv_heads: int  # num_key_value_heads; Huginn's equals n_heads
+    intermediate: int  # intermediate_size: the gated MLP's hidden width
+    vocab_size: int  # vocab_size (the embedding's rows, padded_vocab_size if given)
+    context: int  # block_size: the rotary table's length, the longest window
+    n_prelude: int  # n_layers_in_prelude
+    n_core: int  # n_layers_in_recurrent_block
+    n_coda: int  # n_layers_in_coda
+    mean_recurrence: int  # the depth it is read at (R), the training sampler's mean
+    mean_backprop_depth: int  # loops of each training step that built a graph
+    tie_embeddings: bool = True  # the head is the embedding
+    adapter_bias: bool = False  # bias: the adapter's bias (the only biased linear map)
+    qk_bias: bool = True  # a learned bias on the query and key heads
+    norm_eps: float = 1e-6
+    rope_base: float = 50_000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def __post_init__(self) -> None:
+        positive = ("d_model", "n_heads", "intermediate", "vocab_size", "context", "n_core",
+                    "mean_recurrence")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("n_prelude", "n_coda", "mean_backprop_depth"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.d_model % self.n_heads or self.head_dim % 2:
+            raise ValueError(f"n_embd {self.d_model} must split into {self.n_heads} heads of an "
+                             "even width (the rotary embedding turns channel pairs)")
+        if self.n_kv_heads != self.n_heads:
+            raise ValueError(f"num_key_value_heads {self.n_kv_heads} differs from n_heads "
+                             f"{self.n_heads}: Huginn's query/key bias is per query head, so "
+                             "its layout has no grouped-query heads")
+        if self.norm_eps <= 0 or self.rope_base <= 0:
+            raise ValueError("norm_eps and rope_base must be > 0")
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> HuginnConfig:
+        """The options a config.json dict sets (Huginn's keys); ValueError naming the key
+        for a missing, contradictory or unsupported one."""
+        missing = [k for k in REQUIRED if k not in raw]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
+        if "n_heads" not in raw and "num_attention_heads" not in raw:
+            raise ValueError("missing n_heads (or num_attention_heads)")
+        for key, value in FIXED.items():
+            if key in raw and raw[key] != value:
+                raise ValueError(f"{key} is {raw[key]!r}; Huginn's layout is {value!r}")
+        get = {**DEFAULTS, **raw}.__getitem__
+        if get("test_time_noise"):
+            raise ValueError(f"test_time_noise is {get('test_time_noise')}; only 0 (no noise "
+                             "between loops, the published default) is implemented")
+        heads = int(raw.get("n_heads", raw.get("num_attention_heads")))
+        if int(raw.get("num_attention_heads", heads)) != heads:
+            raise ValueError(f"n_heads {heads} and num_attention_heads "
+                             f"{raw['num_attention_heads']} disagree")
+        vocab = int(raw["vocab_size"])
+        if int(raw.get("padded_vocab_size", vocab)) != vocab:
+            raise ValueError(f"padded_vocab_size {raw['padded_vocab_size']} differs from "
+                             f"vocab_size {vocab} (the published config sets them equal)")
+        return cls(
+            d_model=int(get("n_embd")), n_heads=heads,
+            n_kv_heads=int(raw.get("num_key_value_heads", heads)),
+            intermediate=int(get("intermediate_size")), vocab_size=vocab,
+            context=int(get("block_size")), n_prelude=int(get("n_layers_in_prelude")),
+            n_core=int(get("n_layers_in_recurrent_block")), n_coda=int(get("n_layers_in_coda")),
+            mean_recurrence=int(get("mean_recurrence")),
+            mean_backprop_depth=int(get("mean_backprop_depth")),
+            tie_embeddings=bool(get("tie_embeddings")), adapter_bias=bool(get("bias")),
+            qk_bias=bool(get("qk_bias")), norm_eps=float(get("norm_eps")),
+            rope_base=float(get("rope_base")))
+
 
 
 def widened(x: torch.Tensor) -> torch.Tensor:
@@ -207,7 +312,39 @@ def _overrides(kvs: list[KV] | None, blocks: int, part: str) -> None:
         raise ValueError(f"{len(kvs)} attention overrides for {blocks} {part} blocks")
 
 
-class HuginnLM(nn.Module):
+def extras(cfg: HuginnConfig) -> dict[str, tuple[int, ...]]:
+    """Tensors a checkpoint may hold beyond the parameters, with their shapes."""
+    found = {ROTARY_TABLE: (1, cfg.context, 1, cfg.head_dim // 2, 2)}
+    if cfg.tie_embeddings:
+        found[TIED_HEAD] = (cfg.vocab_size, cfg.d_model)
+    return found
+
+
+def check_rotary(path: Path, rotary: Rotary) -> None:
+    """The published model saves its rotary table (1, T, 1, head_dim / 2, [cos, sin]):
+    it must be the one config.json's rope_base and block_size give."""
+    with safe_open(str(path), framework="pt") as f:
+        saved = f.get_tensor(ROTARY_TABLE)
+    ours = torch.stack([rotary.cos, rotary.sin], dim=-1).cpu()
+    tol = max(1e-5, 2 * torch.finfo(saved.dtype).eps)
+    if not torch.allclose(saved[0, :, 0].float(), ours, atol=tol, rtol=0.0):
+        raise CheckpointError(f"{path}: {ROTARY_TABLE} is not the rotary table of "
+                              f"config.json's rope_base {rotary.base} and block_size "
+                              f"{rotary.context}")
+
+
+def after_load(model: nn.Module, files: Files, device: torch.device | str) -> None:
+    """The rotary table built on the device, and the published model's saved one, where
+    the checkpoint holds it, checked against it (check_rotary)."""
+    model.rotary.rebuild(device)
+    table = files.get(ROTARY_TABLE)
+    if table is not None:
+        check_rotary(table[0], model.rotary)
+
+
+@register("huginn", config=HuginnConfig, eos="<|end_text|>", title="Huginn's",
+          optional=extras, after_load=after_load)
+class HuginnLM(Specified, nn.Module):
     """Huginn's layout with the looped-model interface (loopscope.looped.interface).
 
     The module tree repeats the published one, so that named_parameters() are Huginn's
@@ -215,9 +352,10 @@ class HuginnLM(nn.Module):
     Huginn was trained and evaluated); norms and the rotary embedding compute in
     float32 either way, and the logits are float32."""
 
-    def __init__(self, cfg: HuginnConfig) -> None:
+    def __init__(self, cfg: HuginnConfig, loops: int | None = None) -> None:
         super().__init__()
         self.cfg = cfg
+
         def blocks(n: int) -> nn.ModuleList:
             return nn.ModuleList(SandwichBlock(cfg) for _ in range(n))
 
@@ -230,62 +368,20 @@ class HuginnLM(nn.Module):
                         else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False))
         self.rotary = Rotary(cfg.head_dim, cfg.context, cfg.rope_base)
         self.embed_scale = math.sqrt(cfg.d_model)  # Huginn's embeddings start small
-        self.tokenizer: Tokenizer | None = None  # set by load_huginn
-        self.read_depth: int | None = None  # R where it is not mean_recurrence (loops)
+        self.tokenizer: Tokenizer | None = None  # set by the loader
+        # The interface's sizes (Spec). R: the depth it is read at, passed in (an outside
+        # model's `loops`), else Huginn's mean_recurrence. The training depth: m, the
+        # sampler's nominal mean, and E[r] = m + 1 (1 + Poisson).
+        nominal = max(cfg.mean_recurrence, cfg.mean_backprop_depth)
+        self.spec = Spec(loops=loops or cfg.mean_recurrence, d_model=cfg.d_model,
+                         context=cfg.context, prelude_blocks=cfg.n_prelude,
+                         kv_blocks=cfg.n_core, coda_blocks=cfg.n_coda,
+                         readout_eps=cfg.norm_eps,  # ln_f normalizes first thing in read
+                         random_state=True,  # H_0 is Huginn's like-init noise
+                         nominal_mean=nominal, sampler_mean=nominal + 1.0)
 
-    # The looped-model interface's attributes, and the training depth
-    @property
-    def loops(self) -> int:
-        """R, the depth it is read at: Huginn's mean_recurrence (its nominal mean),
-        unless set (an outside model's `loops`: loopscope.released.outside.load)."""
-        return self.cfg.mean_recurrence if self.read_depth is None else self.read_depth
-
-    @loops.setter
-    def loops(self, value: int) -> None:
-        if value < 1:
-            raise ValueError(f"the depth it is read at must be >= 1, got {value}")
-        self.read_depth = value
-
-    @property
-    def d_model(self) -> int:
-        return self.cfg.d_model
-
-    @property
-    def context(self) -> int:
-        return self.cfg.context
-
-    @property
-    def kv_blocks(self) -> int:
-        """Attention overrides `step` takes: one per core block."""
-        return self.cfg.n_core
-
-    @property
-    def prelude_blocks(self) -> int:
-        """Attention overrides `inputs` takes: one per prelude block."""
-        return self.cfg.n_prelude
-
-    @property
-    def coda_blocks(self) -> int:
-        """Attention overrides `read` takes: one per coda block."""
-        return self.cfg.n_coda
-
-    @property
-    def readout_eps(self) -> float:
-        """The eps of ln_f, which normalizes the state first thing in `read`."""
-        return self.cfg.norm_eps
-
-    random_state = True  # H_0 is Huginn's like-init noise (initial_state)
     exit_score = None  # Huginn has no exit gate: its exits are the rules' (measure/exits)
 
-    @property
-    def nominal_mean(self) -> int:
-        """m of the training depth sampler (its mean_recurrence); E[r] = m + 1."""
-        return max(self.cfg.mean_recurrence, self.cfg.mean_backprop_depth)
-
-    @property
-    def sampler_mean(self) -> float:
-        """E[r], the mean depth of a training step: m + 1 (1 + Poisson)."""
-        return self.nominal_mean + 1.0
 
     def sample_depth(self, generator: torch.Generator | None = None) -> int:
         """One training depth from Huginn's sampler: r = 1 + Poisson(lam), lam ~
@@ -392,154 +488,3 @@ class HuginnReader(nn.Module):
     forward = HuginnLM.read
     _rope = HuginnLM._rope
     head_weight = HuginnLM.head_weight
-
-
-def load_huginn(directory: str | Path, dtype: torch.dtype | str = torch.float32,
-                device: torch.device | str = "cpu") -> HuginnLM:
-    """The model in a checkpoint directory in Huginn's layout, in eval mode, with its
-    tokenizer as `.tokenizer`: config.json (Huginn's keys: HuginnConfig.read), the
-    weights by Huginn's parameter names in safetensors files (model.safetensors, or the
-    shards a model.safetensors.index.json maps), and tokenizer.json (read with
-    `tokenizers`). Every name and shape is checked against the layout before a weight
-    is read: a missing, unexpected or misshapen parameter is a CheckpointError naming
-    the file and the parameter. Two extras the published model's checkpoints may hold
-    are accepted: its rotary table (freqs_cis, checked against the one config.json
-    implies) and, with tied embeddings, a copy of the embedding as lm_head.weight
-    (shape-checked and not used: the published model ties it to the embedding too).
-
-    Built on the meta device and filled by assignment, so loading needs the weights'
-    memory once (a 3.5B model: about 14 GB in fp32, 7 GB in bf16), not twice.
-
-    A local directory is the real path. To fetch Huginn-0125 from the Hugging Face
-    hub first (optional; run nowhere in this project, and it needs the
-    `huggingface_hub` package and network access):
-
-        from huggingface_hub import snapshot_download
-        path = snapshot_download("tomg-group-umd/huginn-0125", allow_patterns=[
-            "config.json", "model*.safetensors*", "tokenizer.json"])
-        model = load_huginn(path, dtype="bfloat16", device="cuda")
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: not a directory (a checkpoint directory in "
-                              "Huginn's layout: config.json, safetensors weights, "
-                              "tokenizer.json)")
-    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
-    cfg = HuginnConfig.read(directory)
-    tokenizer = read_tokenizer(directory, cfg)
-    with torch.device("meta"):
-        model = HuginnLM(cfg)
-    files = weight_files(directory)
-    shapes = {name: tuple(p.shape) for name, p in model.state_dict().items()}
-    check_names(files, shapes, extras(cfg))
-    state = {}
-    for path, names in group_by_file(files, shapes).items():
-        with safe_open(str(path), framework="pt") as f:
-            for name in names:
-                state[name] = f.get_tensor(name).to(device=device, dtype=dtype)
-    model.load_state_dict(state, strict=True, assign=True)
-    model.rotary.rebuild(device)
-    table = files.get(ROTARY_TABLE)
-    if table is not None:
-        check_rotary(table[0], model.rotary)
-    model.tokenizer = tokenizer
-    return model.eval().requires_grad_(False)
-
-
-def read_tokenizer(directory: Path, cfg: HuginnConfig) -> Tokenizer:
-    """tokenizer.json, whose ids must index the embedding."""
-    path = directory / TOKENIZER
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file; the model's own tokenizer is read "
-                              "from the checkpoint directory")
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as err:  # tokenizers raises a bare Exception on a malformed file
-        raise CheckpointError(f"{path}: not a tokenizers tokenizer.json ({err})") from err
-    if tokenizer.get_vocab_size() > cfg.vocab_size:
-        raise CheckpointError(f"{path}: {tokenizer.get_vocab_size()} tokens, more than "
-                              f"config.json's vocab_size {cfg.vocab_size}")
-    return tokenizer
-
-
-def weight_files(directory: Path) -> dict[str, tuple[Path, tuple[int, ...]]]:
-    """Every tensor the directory's safetensors files hold: name -> (file, shape), read
-    from the files' headers only. The files: those model.safetensors.index.json maps
-    names to, else every *.safetensors in the directory."""
-    index = directory / INDEX
-    if index.is_file():
-        try:
-            mapped = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{index}: no readable weight_map ({err})") from err
-        paths = sorted({directory / f for f in mapped.values()})
-    else:
-        paths = sorted(directory.glob("*.safetensors"))
-    if not paths:
-        raise CheckpointError(f"{directory}: no *.safetensors weights")
-    found: dict[str, tuple[Path, tuple[int, ...]]] = {}
-    for path in paths:
-        if not path.is_file():
-            raise CheckpointError(f"{path}: listed in {index.name} but missing")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                names = {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
-        except Exception as err:  # safetensors raises its own error types
-            raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
-        for name, shape in names.items():
-            if name in found:
-                raise CheckpointError(f"{path}: {name} is also in {found[name][0].name}")
-            found[name] = (path, shape)
-    return found
-
-
-def extras(cfg: HuginnConfig) -> dict[str, tuple[int, ...]]:
-    """Tensors a checkpoint may hold beyond the parameters, with their shapes."""
-    found = {ROTARY_TABLE: (1, cfg.context, 1, cfg.head_dim // 2, 2)}
-    if cfg.tie_embeddings:
-        found[TIED_HEAD] = (cfg.vocab_size, cfg.d_model)
-    return found
-
-
-def check_names(files: dict[str, tuple[Path, tuple[int, ...]]],
-                shapes: dict[str, tuple[int, ...]], optional: dict[str, tuple[int, ...]]) -> None:
-    """CheckpointError naming the files and parameters that do not fit the layout:
-    missing, unexpected, or of another shape than config.json implies."""
-    where = sorted({str(p) for p, _ in files.values()})
-    problems = [f"{name} {shape} is missing (looked in {', '.join(where)})"
-                for name, shape in shapes.items() if name not in files]
-    for name, (path, shape) in files.items():
-        wanted = shapes.get(name, optional.get(name))
-        if wanted is None:
-            problems.append(f"{path}: {name} is not a parameter of Huginn's layout at this "
-                            "config.json")
-        elif shape != wanted:
-            problems.append(f"{path}: {name} has shape {shape}; config.json implies {wanted}")
-    if problems:
-        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more"
-                                            if len(problems) > 8 else "")
-        raise CheckpointError(f"the weights do not fit Huginn's layout: {shown}")
-
-
-def group_by_file(files: dict[str, tuple[Path, tuple[int, ...]]],
-                  names: dict[str, tuple[int, ...]]) -> dict[Path, list[str]]:
-    """The parameters to read, by the file that holds each (one open per file)."""
-    grouped: dict[Path, list[str]] = {}
-    for name in names:
-        grouped.setdefault(files[name][0], []).append(name)
-    return grouped
-
-
-def check_rotary(path: Path, rotary: Rotary) -> None:
-    """The published model saves its rotary table (1, T, 1, head_dim / 2, [cos, sin]):
-    it must be the one config.json's rope_base and block_size give."""
-    with safe_open(str(path), framework="pt") as f:
-        saved = f.get_tensor(ROTARY_TABLE)
-    ours = torch.stack([rotary.cos, rotary.sin], dim=-1).cpu()
-    tol = max(1e-5, 2 * torch.finfo(saved.dtype).eps)
-    if not torch.allclose(saved[0, :, 0].float(), ours, atol=tol, rtol=0.0):
-        raise CheckpointError(f"{path}: {ROTARY_TABLE} is not the rotary table of "
-                              f"config.json's rope_base {rotary.base} and block_size "
-                              f"{rotary.context}")

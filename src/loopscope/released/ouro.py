@@ -42,21 +42,108 @@ loads by name (load_ouro). OuroLM implements the looped-model interface
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from loopscope.base.errors import CheckpointError
-from loopscope.looped.types import KV, Cost
-from loopscope.released.huginn import group_by_file, weight_files, widened
-from loopscope.released.ouro_config import OuroConfig
+from loopscope.looped.types import KV, Cost, Spec, Specified
+from loopscope.released.huginn import widened
+from loopscope.released.layouts import register
 
-TOKENIZER = "tokenizer.json"
 TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints also hold
+
+
+# Ouro's config.json, read into the options loopscope.released.ouro builds from.
+#
+# A checkpoint directory in Ouro's layout (ByteDance's Ouro-1.4B and Ouro-2.6B) describes
+# its model in config.json with the published config class's keys (hidden_size,
+# num_hidden_layers, num_attention_heads, num_key_value_heads, total_ut_steps, ...). Keys
+# that set a shape are required; the others take the published class's defaults when
+# absent. Keys naming a variant this layout does not implement (a sliding window, a
+# scaled rotary embedding, another activation, another model_type) are refused with
+# their key, so a config of another layout is not loaded into the wrong model. Keys that
+# only the published code's generation, training or exit selection read
+# (early_exit_threshold, use_cache, initializer_range, bos/eos/pad token ids,
+# transformers_version, auto_map, ...) are ignored: loopscope's exit rules replace the
+# published exit selection (the exit-score rule reads the same gate).
+# key -> the one value this layout implements (the published config's defaults)
+FIXED: dict[str, Any] = {"model_type": "ouro", "hidden_act": "silu",
+                         "use_sliding_window": False, "rope_scaling": None}
+REQUIRED = ("hidden_size", "vocab_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "max_position_embeddings")
+DEFAULTS: dict[str, Any] = {"tie_word_embeddings": False, "rms_norm_eps": 1e-6,
+                            "rope_theta": 10_000.0, "total_ut_steps": 4}
+
+
+@dataclass(frozen=True)
+class OuroConfig:
+    """The options of Ouro's layout, in loopscope's words; each field's comment names
+    the config.json key it comes from. Ouro has no prelude and no coda blocks: its
+    num_hidden_layers decoder layers are the core, run once per loop."""
+
+    d_model: int  # hidden_size
+    n_heads: int  # num_attention_heads (query heads)
+    n_kv_heads: int  # num_key_value_heads (grouped-query heads when fewer)
+    head_dim: int  # head_dim (hidden_size / num_attention_heads when absent)
+    intermediate: int  # intermediate_size: the gated MLP's hidden width
+    vocab_size: int  # vocab_size
+    context: int  # max_position_embeddings: the longest window
+    n_core: int  # num_hidden_layers: the decoder layers of one loop
+    # total_ut_steps: the loops Ouro runs (it trained at this fixed depth); loopscope
+    # reads it as R, the depth it is read at, under Huginn's config name
+    mean_recurrence: int
+    tie_embeddings: bool = False  # tie_word_embeddings: the head is the embedding
+    norm_eps: float = 1e-6  # rms_norm_eps, of every RMSNorm
+    rope_base: float = 10_000.0  # rope_theta
+
+    n_prelude = 0  # blocks before the loop: none, the loop's input is the embedding
+    n_coda = 0  # blocks after it: none, the readout is the final norm and the head
+
+    def __post_init__(self) -> None:
+        positive = ("d_model", "n_heads", "n_kv_heads", "head_dim", "intermediate",
+                    "vocab_size", "context", "n_core", "mean_recurrence")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even (the rotary embedding "
+                             "turns pairs of channels)")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"num_attention_heads {self.n_heads} must be a multiple of "
+                             f"num_key_value_heads {self.n_kv_heads} (grouped-query heads)")
+        if self.norm_eps <= 0 or self.rope_base <= 0:
+            raise ValueError("rms_norm_eps and rope_theta must be > 0")
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> OuroConfig:
+        """The options a config.json dict sets (Ouro's keys); ValueError naming the key
+        for a missing, contradictory or unsupported one."""
+        for key, value in FIXED.items():
+            if key in raw and raw[key] != value:
+                raise ValueError(f"{key} is {raw[key]!r}; Ouro's layout is {value!r}")
+        missing = [k for k in REQUIRED if k not in raw]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)} (Ouro's layout needs them)")
+        sliding = [t for t in raw.get("layer_types") or [] if t != "full_attention"]
+        if sliding:
+            raise ValueError(f"layer_types holds {sliding[0]!r}; Ouro's layout attends "
+                             "over the full window in every layer ('full_attention')")
+        get = {**DEFAULTS, **raw}.__getitem__
+        heads = int(raw["num_attention_heads"])
+        return cls(
+            d_model=int(raw["hidden_size"]), n_heads=heads,
+            n_kv_heads=int(raw["num_key_value_heads"]),
+            head_dim=int(raw.get("head_dim") or int(raw["hidden_size"]) // heads),
+            intermediate=int(raw["intermediate_size"]), vocab_size=int(raw["vocab_size"]),
+            context=int(raw["max_position_embeddings"]),
+            n_core=int(raw["num_hidden_layers"]), mean_recurrence=int(get("total_ut_steps")),
+            tie_embeddings=bool(get("tie_word_embeddings")), norm_eps=float(get("rms_norm_eps")),
+            rope_base=float(get("rope_theta")))
+
 
 
 class OuroNorm(nn.Module):
@@ -189,7 +276,14 @@ def _no_overrides(kvs: list[KV] | None, part: str) -> None:
                          "attention blocks")
 
 
-class OuroLM(nn.Module):
+def extras(cfg: OuroConfig) -> dict[str, tuple[int, ...]]:
+    """With tied embeddings, a copy of the embedding as lm_head.weight (shape-checked
+    and not used)."""
+    return {TIED_HEAD: (cfg.vocab_size, cfg.d_model)} if cfg.tie_embeddings else {}
+
+
+@register("ouro", config=OuroConfig, eos="<|endoftext|>", title="Ouro's", optional=extras)
+class OuroLM(Specified, nn.Module):
     """Ouro's layout with the looped-model interface (loopscope.looped.interface).
 
     The module tree repeats the published one, so that named_parameters() are Ouro's
@@ -197,7 +291,7 @@ class OuroLM(nn.Module):
     is released); norms and the rotary embedding compute in float32 either way, and
     the logits and exit probabilities are float32."""
 
-    def __init__(self, cfg: OuroConfig) -> None:
+    def __init__(self, cfg: OuroConfig, loops: int | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.model = nn.ModuleDict(dict(
@@ -208,54 +302,20 @@ class OuroLM(nn.Module):
         self.lm_head = (None if cfg.tie_embeddings
                         else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False))
         self.rotary = Rotary(cfg.head_dim, cfg.rope_base)
-        self.tokenizer: Tokenizer | None = None  # set by load_ouro
-        self.read_depth: int | None = None  # R where it is not total_ut_steps (loops)
-
-    # The looped-model interface's attributes, and the training depth
-    @property
-    def loops(self) -> int:
-        """R, the depth it is read at: Ouro's total_ut_steps, unless set (an outside
-        model's `loops`: loopscope.released.outside.load)."""
-        return self.cfg.mean_recurrence if self.read_depth is None else self.read_depth
-
-    @loops.setter
-    def loops(self, value: int) -> None:
-        if value < 1:
-            raise ValueError(f"the depth it is read at must be >= 1, got {value}")
-        self.read_depth = value
-
-    @property
-    def d_model(self) -> int:
-        return self.cfg.d_model
-
-    @property
-    def context(self) -> int:
-        return self.cfg.context
-
-    @property
-    def kv_blocks(self) -> int:
-        """Attention overrides `step` takes: one per decoder layer."""
-        return self.cfg.n_core
-
-    prelude_blocks = 0  # `inputs` is the embedding alone: no attention before the loop
-    coda_blocks = 0  # `read` is the final norm and the head: no attention after it
-    random_state = False  # H_0 is the embedding itself (initial_state)
-
-    @property
-    def readout_eps(self) -> float:
-        """The eps of the final norm, which normalizes the state first thing in `read`."""
-        return self.cfg.norm_eps
-
-    @property
-    def nominal_mean(self) -> int:
-        """The depth it trained at: total_ut_steps, every step (Ouro's depth is fixed;
-        its training loss weighs the steps by the exit gate's distribution)."""
-        return self.cfg.mean_recurrence
-
-    @property
-    def sampler_mean(self) -> float:
-        """E[r] of its training depth: total_ut_steps, fixed."""
-        return float(self.cfg.mean_recurrence)
+        self.tokenizer: Tokenizer | None = None  # set by the loader
+        # The interface's sizes (Spec). R: the depth it is read at, passed in (an outside
+        # model's `loops`), else Ouro's total_ut_steps, which is also the depth it
+        # trained at, every step (Ouro's depth is fixed; its training loss weighs the
+        # steps by the exit gate's distribution).
+        self.spec = Spec(loops=loops or cfg.mean_recurrence, d_model=cfg.d_model,
+                         context=cfg.context,
+                         prelude_blocks=0,  # `inputs` is the embedding alone
+                         kv_blocks=cfg.n_core,  # one per decoder layer
+                         coda_blocks=0,  # `read` is the final norm and the head
+                         readout_eps=cfg.norm_eps,  # the final norm, first thing in read
+                         random_state=False,  # H_0 is the embedding itself
+                         nominal_mean=cfg.mean_recurrence,
+                         sampler_mean=float(cfg.mean_recurrence))
 
     def cost(self) -> Cost:
         """Forward FLOPs per token of its parts (cost)."""
@@ -364,89 +424,3 @@ class OuroReader(nn.Module):
 
     forward = OuroLM.read
     head_weight = OuroLM.head_weight
-
-
-def load_ouro(directory: str | Path, dtype: torch.dtype | str = torch.float32,
-              device: torch.device | str = "cpu") -> OuroLM:
-    """The model in a checkpoint directory in Ouro's layout, in eval mode, with its
-    tokenizer as `.tokenizer`: config.json (Ouro's keys: OuroConfig.read), the weights by
-    Ouro's parameter names in safetensors files (model.safetensors, or the shards a
-    model.safetensors.index.json maps), and tokenizer.json (read with `tokenizers`).
-    Every name and shape is checked against the layout before a weight is read: a
-    missing, unexpected or misshapen parameter is a CheckpointError naming the file and
-    the parameter. With tied embeddings a copy of the embedding as lm_head.weight is
-    accepted (shape-checked and not used).
-
-    Built on the meta device and filled by assignment, so loading needs the weights'
-    memory once, not twice.
-
-    A local directory is the real path. To fetch Ouro-1.4B from the Hugging Face hub
-    first (optional; run nowhere in this project, and it needs the `huggingface_hub`
-    package and network access):
-
-        from huggingface_hub import snapshot_download
-        path = snapshot_download("ByteDance/Ouro-1.4B", allow_patterns=[
-            "config.json", "model*.safetensors*", "tokenizer.json"])
-        model = load_ouro(path, dtype="bfloat16", device="cuda")
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: not a directory (a checkpoint directory in "
-                              "Ouro's layout: config.json, safetensors weights, "
-                              "tokenizer.json)")
-    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
-    cfg = OuroConfig.read(directory)
-    tokenizer = read_tokenizer(directory, cfg)
-    with torch.device("meta"):
-        model = OuroLM(cfg)
-    files = weight_files(directory)
-    shapes = {name: tuple(p.shape) for name, p in model.state_dict().items()}
-    optional = {TIED_HEAD: (cfg.vocab_size, cfg.d_model)} if cfg.tie_embeddings else {}
-    check_names(files, shapes, optional)
-    state = {}
-    for path, names in group_by_file(files, shapes).items():
-        with safe_open(str(path), framework="pt") as f:
-            for name in names:
-                state[name] = f.get_tensor(name).to(device=device, dtype=dtype)
-    model.load_state_dict(state, strict=True, assign=True)
-    model.rotary.rebuild(device)
-    model.tokenizer = tokenizer
-    return model.eval().requires_grad_(False)
-
-
-def read_tokenizer(directory: Path, cfg: OuroConfig) -> Tokenizer:
-    """tokenizer.json, whose ids must index the embedding."""
-    path = Path(directory) / TOKENIZER
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file; the model's own tokenizer is read "
-                              "from the checkpoint directory")
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as err:  # tokenizers raises a bare Exception on a malformed file
-        raise CheckpointError(f"{path}: not a tokenizers tokenizer.json ({err})") from err
-    if tokenizer.get_vocab_size() > cfg.vocab_size:
-        raise CheckpointError(f"{path}: {tokenizer.get_vocab_size()} tokens, more than "
-                              f"config.json's vocab_size {cfg.vocab_size}")
-    return tokenizer
-
-
-def check_names(files: dict[str, tuple[Path, tuple[int, ...]]],
-                shapes: dict[str, tuple[int, ...]], optional: dict[str, tuple[int, ...]]) -> None:
-    """CheckpointError naming the files and parameters that do not fit the layout:
-    missing, unexpected, or of another shape than config.json implies."""
-    where = sorted({str(p) for p, _ in files.values()})
-    problems = [f"{name} {shape} is missing (looked in {', '.join(where)})"
-                for name, shape in shapes.items() if name not in files]
-    for name, (path, shape) in files.items():
-        wanted = shapes.get(name, optional.get(name))
-        if wanted is None:
-            problems.append(f"{path}: {name} is not a parameter of Ouro's layout at this "
-                            "config.json")
-        elif shape != wanted:
-            problems.append(f"{path}: {name} has shape {shape}; config.json implies {wanted}")
-    if problems:
-        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more"
-                                            if len(problems) > 8 else "")
-        raise CheckpointError(f"the weights do not fit Ouro's layout: {shown}")

@@ -1,21 +1,18 @@
-"""Loading an outside model (loopscope.weights.outside_config): the adapter its config
-names reads the checkpoint directory into a model of the looped-model interface
-(loopscope.looped.interface), on the device and in the precision it is measured in.
+"""An outside model (loopscope.weights.outside_config: params.yaml's `outside.<name>`)
+through its layout: the registered layout its `adapter` names
+(loopscope.released.layouts) reads its checkpoint directory with the one loader
+(loopscope.released.loader) into a model of the looped-model interface, on the device
+and in the precision it is measured in.
 
-An adapter is a layout loopscope implements: its config reader (the checkpoint's
-config.json, without the weights: what `plan` and the memory checks size it by), its
-loader, its tokenizer reader and the end-of-text token its tokenizer separates
-documents with. Huginn's is loopscope.released.huginn, Ouro's loopscope.released.ouro.
-Precision: fp32 on the CPU, bf16 on a GPU (`precision: auto`; Huginn was trained and
-is evaluated in bf16, Ouro is released in bf16); the norms, the rotary embedding and the
-logits compute in float32 either way.
+Precision: fp32 on the CPU, bf16 on a GPU (`precision: auto`; Huginn was trained and is
+evaluated in bf16, Ouro is released in bf16); the norms, the rotary embedding and the
+logits compute in float32 either way. The device follows the one device rule
+(loopscope.weights.compute.device_for), as a trained run's does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,38 +20,18 @@ import torch
 from tokenizers import Tokenizer
 
 from loopscope.base.errors import CheckpointError, ParamsError
-from loopscope.looped.types import Cost
-from loopscope.released import huginn, ouro
-from loopscope.released.huginn_config import HuginnConfig
-from loopscope.released.ouro_config import OuroConfig
+from loopscope.looped.types import Sizing
+
+# Each layout file registers its layout on import: a new layout is one file and a line here
+from loopscope.released import huginn, loader, ouro  # noqa: F401
+from loopscope.released.layouts import Layout, layout
+from loopscope.weights import compute
 from loopscope.weights.outside_config import OutsideConfig
 
 
-@dataclass(frozen=True)
-class Adapter:
-    """A layout loopscope reads: config (directory -> its config, read from
-    config.json alone: sizes, context, default depth; what preflight.memory.outside_shape
-    reads), load (directory, dtype, device -> the model in eval mode), tokenizer
-    (directory, config -> its tokenizer), eos (its end-of-text token) and cost (config
-    -> forward FLOPs per token of its parts, for `plan`)."""
-
-    config: Callable[[Path], Any]
-    load: Callable[..., torch.nn.Module]
-    tokenizer: Callable[[Path, Any], Tokenizer]
-    eos: str
-    cost: Callable[[Any], Cost]
-
-
-ADAPTERS: dict[str, Adapter] = {
-    "huginn": Adapter(HuginnConfig.read, huginn.load_huginn, huginn.read_tokenizer,
-                      "<|end_text|>", huginn.cost),
-    "ouro": Adapter(OuroConfig.read, ouro.load_ouro, ouro.read_tokenizer, "<|endoftext|>",
-                    ouro.cost),
-}
-
-
-def adapter(cfg: OutsideConfig) -> Adapter:
-    return ADAPTERS[cfg.adapter]
+def layout_of(cfg: OutsideConfig) -> Layout:
+    """The layout outside.<name>.adapter names; a ParamsError naming the key else."""
+    return layout(cfg.adapter, f"outside.{cfg.cell}.adapter")
 
 
 def directory(cfg: OutsideConfig) -> Path:
@@ -68,8 +45,14 @@ def directory(cfg: OutsideConfig) -> Path:
 
 
 def model_config(cfg: OutsideConfig) -> Any:
-    """The checkpoint's own config (config.json through its adapter), weights unread."""
-    return adapter(cfg).config(directory(cfg))
+    """The checkpoint's own config (config.json through its layout), weights unread."""
+    return loader.read_config(directory(cfg), layout_of(cfg))
+
+
+def sizing(cfg: OutsideConfig) -> Sizing:
+    """Its sizes for the memory checks and `plan`, at the depth it is read at, from
+    config.json alone (loader.sizing: parameters counted on the meta device)."""
+    return loader.sizing(layout_of(cfg), model_config(cfg), cfg.loops or None)
 
 
 def depth(cfg: OutsideConfig) -> int:
@@ -80,13 +63,13 @@ def depth(cfg: OutsideConfig) -> int:
 
 def tokenizer(cfg: OutsideConfig) -> Tokenizer:
     """The model's own tokenizer (tokenizer.json of the checkpoint directory)."""
-    return adapter(cfg).tokenizer(directory(cfg), model_config(cfg))
+    return loader.read_tokenizer(directory(cfg), model_config(cfg).vocab_size)
 
 
 def eos_token(cfg: OutsideConfig, tok: Tokenizer) -> tuple[str, int]:
     """The end-of-text token between documents and its id: `outside.<name>.eos`, else
-    the adapter's; a ParamsError naming the key where the tokenizer lacks it."""
-    name = cfg.eos or adapter(cfg).eos
+    the layout's; a ParamsError naming the key where the tokenizer lacks it."""
+    name = cfg.eos or layout_of(cfg).eos
     found = tok.token_to_id(name)
     if found is None:
         raise ParamsError(f"'outside.{cfg.cell}.eos': the tokenizer of {cfg.path} has no "
@@ -95,38 +78,35 @@ def eos_token(cfg: OutsideConfig, tok: Tokenizer) -> tuple[str, int]:
     return name, int(found)
 
 
+def device_of(cfg: OutsideConfig, cuda_available: bool | None = None) -> torch.device:
+    """The device it runs on, by the one device rule (compute.device_for)."""
+    return compute.device_for(cfg.device, f"outside.{cfg.cell}.device", cuda_available)
+
+
 def dtype_of(cfg: OutsideConfig, device: torch.device) -> torch.dtype:
-    """bf16 on CUDA and fp32 on the CPU under `precision: auto`, else as set."""
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    """bf16 on CUDA and fp32 on the CPU under `precision: auto`, else as set
+    (compute.uses_bf16, the rule a trained run's precision follows)."""
+    bf16 = compute.uses_bf16(cfg.precision, device.type == "cuda")
     return torch.bfloat16 if bf16 else torch.float32
-
-
-def device_of(cfg: OutsideConfig) -> torch.device:
-    """cuda where there is one under `device: auto`; a ParamsError for `cuda` without."""
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise ParamsError(f"'outside.{cfg.cell}.device' is 'cuda' but torch sees no CUDA "
-                          "device; set it to auto or cpu.")
-    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    return torch.device("cuda" if cuda else "cpu")
 
 
 def load(cfg: OutsideConfig, device: torch.device) -> torch.nn.Module:
     """The outside model, in eval mode on `device` in its precision (dtype_of), read at
-    depth R = outside.<name>.loops where that is set."""
+    depth R = outside.<name>.loops where that is set (passed to the model, which holds
+    it in its spec), with its config as `.cfg`."""
     try:
-        model = adapter(cfg).load(directory(cfg), dtype_of(cfg, device), device)
+        return loader.load(directory(cfg), layout_of(cfg), dtype_of(cfg, device), device,
+                           cfg.loops or None)
     except CheckpointError as err:
         raise CheckpointError(f"outside model '{cfg.cell}': {err}") from None
-    if cfg.loops:
-        model.loops = cfg.loops
-    return model
 
 
 def resolve(cfg: OutsideConfig) -> OutsideConfig:
-    """The config as the configure stage writes it: its directory and config.json
-    checked through its adapter (a missing directory or a config.json of another layout
-    fails here, before anything runs), device and precision resolved on this machine
-    (so a GPU machine writes another file, and the outside stages rerun there)."""
+    """The config as the configure stage writes it: its layout, directory and
+    config.json checked (an unknown adapter, a missing directory or a config.json of
+    another layout fails here, before anything runs), device and precision resolved on
+    this machine (so a GPU machine writes another file, and the outside stages rerun
+    there)."""
     model_config(cfg)
     device = device_of(cfg)
     precision = "bf16" if dtype_of(cfg, device) == torch.bfloat16 else "fp32"

@@ -13,7 +13,7 @@ from loopscope.base import paths
 from loopscope.base.errors import DataError
 from loopscope.measure.runs import Run, initial_states, register_source
 from loopscope.preflight import memory
-from loopscope.released import outside
+from loopscope.released import loader, outside
 from loopscope.stats.units import resampling_units, window_surprisal
 from loopscope.weights import compute
 from loopscope.weights.data import document_ids, load_meta, load_tokens, window_sets, windows_at
@@ -54,7 +54,8 @@ def outside_runs(name: str, val_sequences: int = 1, what: str = "diagnose.val_se
     units = resampling_units(document_ids(tokens, eos, starts), starts,
                              window_surprisal(tokens.numpy(), starts, context))
     weight_bytes = next(model.parameters()).element_size()
-    shape = memory.outside_shape(cfg, model.cfg, weight_bytes)
+    size = loader.sizing(outside.layout_of(cfg), model.cfg, cfg.loops or None)
+    shape = memory.outside_shape(cfg, size, weight_bytes)
     yield Run(paths.seed_tag(cfg.seed), model, cfg.seed, x.to(device), y.to(device),
               compute.Compute(device, False), tokens, eos, shape,
               initial_states(model, starts, cfg.seed, context), units.ids, units.name)

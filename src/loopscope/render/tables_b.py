@@ -24,7 +24,7 @@ from loopscope.render.report_tables import claims, criteria_values
 from loopscope.stats.intervals import Interval
 from loopscope.weights.config import CellConfig, load_cell
 
-TYPE_ORDER = ("whitespace", "punctuation", "number", "function word", "content word")
+TYPE_ORDER = ("whitespace", "punctuation", "number", "function_word", "content_word")
 
 
 @dataclass
@@ -505,19 +505,20 @@ def ledger_table(bench: dict[str, Any]) -> pd.DataFrame | None:
     led = bench.get("ledger")
     if not led:
         return None
-    u, p = f"uniform {led['uniform_depth']}", led["policy"]
+    u, p = f"uniform_{led['uniform_depth']}", led["policy"]
+    label = u.replace("_", " ")  # the key's words, as shown
     rows = []
     for mode, m in led["modes"].items():
         pu, pp = m["parts"][u], m["parts"][p]
         for part in LEDGER_ORDER:
             rows.append({"mode": mode, "part": _ledger_label(bench, part),
-                         f"{u} (s)": pu[part], f"{p} (s)": pp[part],
+                         f"{label} (s)": pu[part], f"{p} (s)": pp[part],
                          "policy - uniform (s)": pp[part] - pu[part]})
         rows.append({"mode": mode, "part": "sum of the parts (timed wall)",
-                     f"{u} (s)": pu["wall"], f"{p} (s)": pp["wall"],
+                     f"{label} (s)": pu["wall"], f"{p} (s)": pp["wall"],
                      "policy - uniform (s)": pp["wall"] - pu["wall"]})
         rows.append({"mode": mode, "part": "measured without the marks (median)",
-                     f"{u} (s)": m["measured"][u], f"{p} (s)": m["measured"][p],
+                     f"{label} (s)": m["measured"][u], f"{p} (s)": m["measured"][p],
                      "policy - uniform (s)": m["measured"][p] - m["measured"][u]})
     return pd.DataFrame(rows)
 
@@ -526,12 +527,13 @@ def ledger_bars(bench: dict[str, Any]) -> pd.DataFrame:
     """The ledger as stacked bars: per mode and run (uniform depth B, the policy), each
     part's seconds as a share of uniform depth B's timed wall time."""
     led = bench["ledger"]
-    u, p = f"uniform {led['uniform_depth']}", led["policy"]
+    u, p = f"uniform_{led['uniform_depth']}", led["policy"]
     rows = []
     for mode, m in led["modes"].items():
         wall = m["parts"][u]["wall"]
         for run in (u, p):
-            rows += [{"mode": mode, "run": run, "part": _ledger_label(bench, part),
+            rows += [{"mode": mode, "run": run.replace("_", " "),
+                      "part": _ledger_label(bench, part),
                       "share": m["parts"][run][part] / wall} for part in LEDGER_ORDER]
     return pd.DataFrame(rows)
 
@@ -545,7 +547,8 @@ def ledger_lines(bench: dict[str, Any]) -> list[str]:
     led = bench.get("ledger")
     if not led:
         return []
-    u, p = f"uniform {led['uniform_depth']}", led["policy"]
+    u, p = f"uniform_{led['uniform_depth']}", led["policy"]
+    label = u.replace("_", " ")  # the key's words, as shown
     out = []
     for mode, m in led["modes"].items():
         pu, pp = m["parts"][u], m["parts"][p]
@@ -555,7 +558,7 @@ def ledger_lines(bench: dict[str, Any]) -> list[str]:
         floor = pp["loop"] + pp["once"]
         sums = pp["wall"] / m["measured"][p]
         out.append(
-            f"**{mode}**: `{p}` {pp['wall']:.3f} s against {pu['wall']:.3f} s for {u} "
+            f"**{mode}**: `{p}` {pp['wall']:.3f} s against {pu['wall']:.3f} s for {label} "
             f"(timed by part; the parts add up to {sums:.0%} of its time without the marks, "
             f"{m['measured'][p]:.3f} s, {'within' if abs(sums - 1) <= 0.1 else 'outside'} "
             f"10%); realized {pu['wall'] / pp['wall']:.2f}x against a FLOP ratio of "
@@ -564,7 +567,7 @@ def ledger_lines(bench: dict[str, Any]) -> list[str]:
                f"{pp['wall'] - target:.3f} s, to {target:.3f} s; " if pp["wall"] > target else
                f"It is at or beyond the FLOP ratio ({target:.3f} s matches it); ")
             + f"it spends {added:+.3f} s on key/value handling, gathering, checks and the "
-            f"rest against {u}, and {pp['loop'] - pu['loop']:+.3f} s on the loops. "
+            f"rest against {label}, and {pp['loop'] - pu['loop']:+.3f} s on the loops. "
             f"{RUNTIME_GOAL:g}x needs {goal:.3f} s: "
             + ("reached." if pp["wall"] <= goal else
                f"within reach only if those overheads shrink (the loops and once-per-token "

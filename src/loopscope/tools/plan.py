@@ -58,12 +58,16 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.base import paths
-from loopscope.measure.exit_rules.exits import KNOWN
-from loopscope.measure.exit_rules.policies import settings
-from loopscope.measure.exit_rules.rules import TIMED
 from loopscope.params import Params, load_params
 from loopscope.preflight import memory
 from loopscope.preflight.memory import GIB, num_params
+from loopscope.tools.flops import (
+    REPORT_SECONDS,
+    STAGE_SECONDS,
+    TFLOPS,
+    bench_flops,
+    model_flops,
+)
 from loopscope.tools.plan_outside import outside_lines, plan_outside
 from loopscope.tools.probe import Calibration, calibrate, shape_key
 from loopscope.tools.tokens import corpus_tokens
@@ -71,25 +75,15 @@ from loopscope.weights import compute
 from loopscope.weights.config import CellConfig
 from loopscope.weights.data import steps_for_epochs, train_windows
 from loopscope.weights.depth import sampler
-from loopscope.weights.model import Cost, cost
+from loopscope.weights.model import cost
 from loopscope.weights.resolve import resolve_cell
 
-TFLOPS = 50.0  # assumed sustained bf16 TFLOP/s of one current GPU (H100 / 4090 class)
-# Start-up of a stage beyond its model FLOPs: python, imports, reading and writing its
-# files, DVC's hashing. Measured in the micro pipeline (tests/test_pipeline.py) on a
-# 2-core AMD EPYC: the stages without a model (claims, headline, plots) took 3.3-3.6 s
-# each, configure 4.1 s; the three reports 9-21 s (rendering their notebooks).
-STAGE_SECONDS = 4.0
-REPORT_SECONDS = 15.0
 # The measuring stages as dvc.yaml builds them: once per cell, once per policies.cell,
 # once; the reports. Training's own (timings.TRAINING) are timed by their FLOPs.
 PER_CELL_STAGES = ("extract", "diagnose", "convergence")
 POLICY_STAGES = ("policies",)
 ONCE_STAGES = ("throughput", "bench_exits", "headline", "claims", "plots", "summary")
 REPORT_STAGES = ("report_blind_spot", "report_convergence", "report_index")
-CLAMP_PASSES = 2  # diagnose@<cell>'s clamp: one pass per mode (clamp.CLAMP_MODES)
-BENCH_POLICIES = len(TIMED)  # the rules bench_exits times
-(loopscope.measure.exit_rules.rules.TIMED)
 
 
 def assumed_device(cell: CellConfig, device: str | None = None) -> str:
@@ -147,37 +141,6 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     bench = params.bench.cell or params.policies.cells[0]
     if name == bench:
         out["bench_exits"] = bench_flops(params, c, t, k)
-    return {stage: float(v) for stage, v in out.items()}
-
-
-def bench_flops(params: Params, c: Cost, t: int, k: int) -> float:
-    """The exit benchmark's forward FLOPs on a model of cost c (measuring_flops'
-    bench_exits): bench_exits on the bench cell, outside_bench_exits on an outside
-    model."""
-    full, jobs = c.prelude + k * (c.loop + c.readout), BENCH_POLICIES + 3
-    return float(jobs * (params.bench.repeats + 1) * params.convergence.windows * t * full)
-
-
-def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bool
-                ) -> dict[str, float]:
-    """The forward FLOPs of the per-model measuring stages (measuring_flops' extract,
-    diagnose, convergence and, where `policies`, policies) of `runs` runs of a model of
-    cost c, windows of t tokens and depth k: a cell's, or an outside model's (one run)."""
-    full = c.prelude + k * (c.loop + c.readout)  # a uniform pass to K, reading every loop
-    d, cv = params.diagnose, params.convergence
-    depth = max(d.sweep_depth, k)
-    conv = cv.depth_factor * k
-    out = {
-        "extract": runs * params.extract.val_sequences * t * (c.prelude + k * c.loop),
-        "diagnose": runs * d.val_sequences * t * (c.prelude + depth * (c.loop + c.readout)
-                                                  + 4 * k * c.readout + CLAMP_PASSES * full),
-        "convergence": runs * 3 * cv.windows * t * (c.prelude + conv * (c.loop + c.readout)),
-    }
-    if policies:
-        grid = sum(c.prelude + k * c.loop + c.readout
-                   + (k - 1) * c.readout * KNOWN[rule].needs_logits
-                   for rule, _ in settings(params.policies.grids))
-        out["policies"] = runs * cv.windows * t * (full + 2 * (full + grid))
     return {stage: float(v) for stage, v in out.items()}
 
 

@@ -8,8 +8,8 @@ the CPU), diagnose's with Lemma 1's float64 copy of the readout; the same number
 stages check before their first batch. Where the device it would run on is this
 machine's (its CPU, or a GPU torch sees), a stage whose floor is above what there is
 is refused here, naming the keys, before any work. Time: the forward FLOPs of its
-stages (loopscope.tools.plan.model_flops, one run) at an assumed rate on CUDA (--tflops,
-plan.TFLOPS) or this CPU's matmul roof (the probe's; an upper rate, so a lower bound of
+stages (loopscope.tools.flops.model_flops, one run) at an assumed rate on CUDA (--tflops,
+flops.TFLOPS) or this CPU's matmul roof (the probe's; an upper rate, so a lower bound of
 the time), plus a start-up per stage.
 """
 
@@ -23,6 +23,7 @@ from loopscope.params import Params
 from loopscope.preflight import memory
 from loopscope.preflight.memory import GIB
 from loopscope.released import outside
+from loopscope.tools.flops import STAGE_SECONDS, TFLOPS, bench_flops, model_flops
 from loopscope.weights import compute
 from loopscope.weights.outside_config import OutsideConfig
 
@@ -44,11 +45,11 @@ def batches(params: Params) -> dict[str, tuple[str, int, bool, bool]]:
 
 def assumed(cfg: OutsideConfig, device: str | None) -> tuple[str, bool]:
     """The device it would run on (device auto: --device, else this machine's) and
-    whether in bf16 (precision auto: on cuda)."""
-    cuda_here = torch.cuda.is_available() if device is None else device == "cuda"
-    dev = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and cuda_here) else "cpu"
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and dev == "cuda")
-    return dev, bf16
+    whether in bf16 (precision auto: on cuda): the outside stages' own rule
+    (loopscope.released.outside.device_of and dtype_of), for the machine named."""
+    cuda = compute.uses_cuda(cfg.device, None if device is None else device == "cuda")
+    dev = "cuda" if cuda else "cpu"
+    return dev, compute.uses_bf16(cfg.precision, cuda)
 
 
 def checkable(dev: str) -> bool:
@@ -60,12 +61,10 @@ def plan_one(params: Params, cfg: OutsideConfig, device: str | None, tflops: flo
              roof_gflops: float | None) -> dict[str, Any]:
     """One outside model's plan (module doc); a ResourceError where a stage cannot fit
     on this machine's device."""
-    from loopscope.tools.plan import STAGE_SECONDS, TFLOPS, bench_flops, model_flops
-
-    model = outside.model_config(cfg)
+    size = outside.sizing(cfg)
     dev, bf16 = assumed(cfg, device)
     act = 2 if bf16 else 4
-    shape = memory.outside_shape(cfg, model, act)
+    shape = memory.outside_shape(cfg, size, act)
     stages = {stage: (key, cfg.batch_size or batch, reads, f64)
               for stage, (key, batch, reads, f64) in batches(params).items()}
     parts = {stage: memory.forward_parts(shape, batch, shape.loops, reads, act, f64)
@@ -76,7 +75,7 @@ def plan_one(params: Params, cfg: OutsideConfig, device: str | None, tflops: flo
             key = f"outside.{cfg.cell}.batch_size" if cfg.batch_size else key
             memory.check_forward(shape, run_on, batch, key, f"outside_{stage}", reads,
                                  float64_readout=f64, act_bytes=act)
-    model_cost = outside.ADAPTERS[cfg.adapter].cost(model)
+    model_cost = size.cost
     flops = model_flops(params, model_cost, shape.context, shape.loops, 1, True)
     flops["bench_exits"] = bench_flops(params, model_cost, shape.context, shape.loops)
     if tflops is not None or dev == "cuda":

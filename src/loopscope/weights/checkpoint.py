@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import hashlib
 import io
 from pathlib import Path
@@ -104,7 +105,8 @@ def load_model(path: Path) -> tuple[LoopedLM, CellConfig]:
     except Exception as err:  # a valid file that is not one of our checkpoints
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(err).__name__}: {err}); "
                               f"{rerun}.") from None
-    model.nominal_mean, model.sampler_mean = means(cell.train, cell.model.loops)
+    nominal, sampler = means(cell.train, cell.model.loops)
+    model.spec = dataclasses.replace(model.spec, nominal_mean=nominal, sampler_mean=sampler)
     model.eval()
     return model, cell
 

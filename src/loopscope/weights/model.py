@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from loopscope.looped.types import KV, Cost, LoopHook
+from loopscope.looped.types import KV, Cost, LoopHook, Spec, Specified
 from loopscope.weights.config import ModelConfig, Read
 
 
@@ -244,7 +244,7 @@ class StableInjection(nn.Module):
         return a_bar * h + step * F.linear(self.norm(e), self.b)
 
 
-class LoopedLM(nn.Module):
+class LoopedLM(Specified, nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -263,10 +263,14 @@ class LoopedLM(nn.Module):
         self.head.weight = self.embed.weight  # tied embeddings
         # Huginn scales the input embedding by sqrt(d) (its embeddings start small).
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.init == "huginn" else 1.0
-        # The depth it trained at (the interface's nominal_mean and sampler_mean): R for
-        # a fixed depth; loopscope.weights.checkpoint.load_model sets a sampled depth's
-        # from the cell's train options (loopscope.weights.depth.means).
-        self.nominal_mean = self.sampler_mean = float(cfg.loops)
+        # The interface's sizes and flags (Spec). The depth it trained at (nominal_mean,
+        # sampler_mean): R for a fixed depth; loopscope.weights.checkpoint.load_model
+        # sets a sampled depth's from the cell's train options (weights.depth.means).
+        self.spec = Spec(loops=cfg.loops, d_model=cfg.d_model, context=cfg.context,
+                         prelude_blocks=cfg.n_prelude, kv_blocks=cfg.n_core,
+                         coda_blocks=cfg.n_coda, readout_eps=self.norm_out.eps,
+                         random_state=cfg.state_init == "noise",
+                         nominal_mean=float(cfg.loops), sampler_mean=float(cfg.loops))
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -299,45 +303,6 @@ class LoopedLM(nn.Module):
     def num_params(self) -> int:
         """Unique parameters (the tied head counted once)."""
         return sum(p.numel() for p in self.parameters())
-
-    # The looped-model interface's attributes (loopscope.looped.interface.LoopedModel)
-    @property
-    def loops(self) -> int:
-        """K, the depth the model trained at (a backbone's R, the depth it is read at)."""
-        return self.cfg.loops
-
-    @property
-    def d_model(self) -> int:
-        return self.cfg.d_model
-
-    @property
-    def context(self) -> int:
-        return self.cfg.context
-
-    @property
-    def kv_blocks(self) -> int:
-        """Attention overrides `step` takes: one per core block."""
-        return len(self.core)
-
-    @property
-    def prelude_blocks(self) -> int:
-        """Attention overrides `inputs` takes: one per prelude block."""
-        return len(self.prelude)
-
-    @property
-    def coda_blocks(self) -> int:
-        """Attention overrides `read` takes: one per coda block."""
-        return len(self.coda)
-
-    @property
-    def readout_eps(self) -> float:
-        """The eps of the normed readout's RMSNorm: the radial floor it leaves."""
-        return self.norm_out.eps
-
-    @property
-    def random_state(self) -> bool:
-        """Whether H_0 is drawn (state_init noise) rather than the prelude output."""
-        return self.cfg.state_init == "noise"
 
     exit_score = None  # no native exit score: its exits are the rules' alone
 

@@ -23,10 +23,6 @@ from typing import Any, Literal
 
 from loopscope.base.errors import ParamsError
 
-# The layouts loopscope reads, by adapter name (loopscope.released.outside.ADAPTERS loads
-# each; tests/test_outside.py checks the two lists agree): huginn (Huginn-0125), ouro
-# (ByteDance's Ouro-1.4B and Ouro-2.6B)
-Adapter = Literal["huginn", "ouro"]
 OutsideDevice = Literal["auto", "cpu", "cuda"]
 OutsidePrecision = Literal["auto", "fp32", "bf16"]
 
@@ -37,7 +33,9 @@ class OutsideConfig:
     `outside.<name>.<field>` key of params.yaml (adapter and path required)."""
 
     cell: str = ""  # its name under `outside:`, the name of its outputs (like a cell's)
-    adapter: Adapter = "huginn"  # the layout of the checkpoint directory
+    # the layout of the checkpoint directory: a registered layout's name
+    # (loopscope.released.layouts: huginn, ouro), checked by the configure stage
+    adapter: str = "huginn"
     path: str = ""  # the checkpoint directory (config.json, safetensors, tokenizer.json)
     loops: int = 0  # R, the depth it is read at; 0: the checkpoint's own (Huginn's mean)
     context: int = 0  # the windows' length in its tokens; 0: the model's own context

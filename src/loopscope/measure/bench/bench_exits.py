@@ -159,7 +159,7 @@ def timed(time_round: Callable[[int], dict[str, float]], r: int, b: int, repeats
     """A mode's timings under the depth check (module doc): time_round(i) times round i
     of the mode's jobs, uniform depths r and b among them; each job's median seconds,
     every kept round, the rounds set aside by a retime, and the check on the medians."""
-    ur, ub, bound = f"uniform {r}", f"uniform {b}", depth_bound(r, b)
+    ur, ub, bound = f"uniform_{r}", f"uniform_{b}", depth_bound(r, b)
     checked = checked_rounds(time_round, repeats, lambda got: got[ur] <= bound * got[ub], bar)
     seconds = {n: statistics.median(v) for n, v in checked.rounds.items()}
     ratio = seconds[ur] / seconds[ub]
@@ -180,8 +180,8 @@ def _ratios(out: dict[str, Any], flops: dict[str, float], model: LoopedModel, r:
     against uniform depth b's (the honest baseline) and depth R's."""
     seconds, cost = out["seconds"], model.cost()
     times = {n: seconds[n] for n in flops}
-    out.update({"realized": speedups(seconds[f"uniform {b}"], times),
-                "realized_vs_r": speedups(seconds[f"uniform {r}"], times),
+    out.update({"realized": speedups(seconds[f"uniform_{b}"], times),
+                "realized_vs_r": speedups(seconds[f"uniform_{r}"], times),
                 "flop_speedup": speedups(cost.uniform(b), flops),
                 "flop_speedup_vs_r": speedups(cost.uniform(r), flops)})
 
@@ -205,13 +205,13 @@ def scoring(model: LoopedModel, w: Windows, policies: dict[str, Policy], r: int,
             "checks": [[int(c) for c in _checks_per_loop(rn, policy, r)] for rn in runs],
         }
     jobs: dict[str, Callable[[], Any]] = {  # one job when b is R
-        f"uniform {k}": (lambda k=k: [uniform_depth(model, xb, k, hb) for xb, _, hb in data])
+        f"uniform_{k}": (lambda k=k: [uniform_depth(model, xb, k, hb) for xb, _, hb in data])
         for k in sorted({r, b})[::-1]}
     for name, policy in policies.items():
         jobs[name] = (lambda p=policy: [runtime.score(model, xb, p, r, hb)
                                         for xb, _, hb in data])
     if "kl" in policies:
-        jobs["kl (masked forward)"] = lambda: [masked_forward(model, xb, policies["kl"], r, hb)
+        jobs["kl_masked_forward"] = lambda: [masked_forward(model, xb, policies["kl"], r, hb)
                                                  for xb, _, hb in data]
     for name in set(jobs) - set(policies):  # warm-up, untimed (the policies ran above)
         jobs[name]()
@@ -233,9 +233,9 @@ def scoring(model: LoopedModel, w: Windows, policies: dict[str, Policy], r: int,
         "calibration": cal,
     })
     if "kl" in policies:
-        masked = seconds["kl (masked forward)"]
-        out["masked_forward_realized"] = seconds[f"uniform {b}"] / masked
-        out["masked_forward_realized_vs_r"] = seconds[f"uniform {r}"] / masked
+        masked = seconds["kl_masked_forward"]
+        out["masked_forward_realized"] = seconds[f"uniform_{b}"] / masked
+        out["masked_forward_realized_vs_r"] = seconds[f"uniform_{r}"] / masked
     return out
 
 
@@ -255,7 +255,7 @@ def decoding(model: LoopedModel, w: Windows, policies: dict[str, Policy], r: int
     decoder (every token runs the cap)."""
     x, y = w.x[:streams, :tokens], w.y[:streams, :tokens]
     h0 = None if w.h0 is None else w.h0[:streams, :tokens]
-    configs: dict[str, tuple[Policy, int]] = {f"uniform {k}": (Uniform(), k)
+    configs: dict[str, tuple[Policy, int]] = {f"uniform_{k}": (Uniform(), k)
                                               for k in sorted({r, b})[::-1]}
     configs.update({n: (p, r) for n, p in policies.items()})
     jobs = {n: (lambda p=p, cap=cap: runtime.generate(model, x, p, cap, h0))
@@ -295,7 +295,7 @@ def ledgers(model: LoopedModel, w: Windows, name: str, policy: Policy, r: int, b
         "generation_batch1": decode(1), "generation_batched": decode(batch)}
     modes = {}
     for mode, call in calls.items():
-        jobs = {f"uniform {b}": lambda c=call: c(Uniform(), b),
+        jobs = {f"uniform_{b}": lambda c=call: c(Uniform(), b),
                 name: lambda c=call: c(policy, r)}
         modes[mode] = {"parts": _median_ledgers(jobs, repeats, w.x.device),
                        "measured": interleaved(jobs, repeats)}

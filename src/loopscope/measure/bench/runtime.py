@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from loopscope.looped.interface import LoopedModel
 from loopscope.measure.bench.ledger import part
-from loopscope.measure.exit_rules.exit_control import ExitControl, run
+from loopscope.measure.exit_rules.exit_control import ExitControl, Exits, run
 from loopscope.measure.exit_rules.exits import Policy
 
 
@@ -123,15 +123,10 @@ class GatherKV:
 
 
 @dataclass
-class ScoreRun:
-    """The runtime's results on a batch: final logits over the exit states (B, T, V),
-    the exit states, each token's exit loop and checks, and per loop how many tokens
-    were active (the work the loop did)."""
+class ScoreRun(Exits):
+    """The runtime's results on a batch (Exits), and per loop how many tokens were
+    active (the work the loop did)."""
 
-    logits: torch.Tensor
-    state: torch.Tensor
-    exit_loop: torch.Tensor
-    checks: torch.Tensor
     active_per_loop: list[int]
 
 

@@ -15,6 +15,7 @@ runtime's scoring); decoding advances each stream at its own loop and calls
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -24,6 +25,19 @@ from loopscope.measure.exit_rules.exits import Policy
 # this loop, their states (N, d) and, where the policy reads them (ExitControl's
 # needs_logits), their logits (N, V); else None
 Checked = Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+
+
+@dataclass
+class Exits:
+    """What a forward pass with exits did on a batch, whichever engine ran it (the
+    masked forward, the runtime): per-token final logits (B, T, V) of the coda and
+    readout over the exit states (B, T, d), the loop each token exited after, and how
+    many checks it was part of."""
+
+    logits: torch.Tensor
+    state: torch.Tensor
+    exit_loop: torch.Tensor
+    checks: torch.Tensor
 
 
 class ExitControl:

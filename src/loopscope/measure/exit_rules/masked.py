@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from loopscope.looped.interface import LoopedModel
-from loopscope.measure.exit_rules.exit_control import ExitControl, run
+from loopscope.measure.exit_rules.exit_control import ExitControl, Exits, run
 from loopscope.measure.exit_rules.exits import Policy
 from loopscope.measure.exit_rules.signals import angle
 from loopscope.weights.model import token_ce
@@ -61,15 +61,10 @@ class MaskedKV:
 
 
 @dataclass
-class ExitRun:
-    """What a policy did on a batch: per-token final logits (B, T, V) of the coda and
-    readout over the exit states (B, T, d), the loop each token exited after, how many
-    checks it was part of, and the angle of its last update (radians)."""
+class ExitRun(Exits):
+    """What a policy did on a batch through the masked forward (Exits), and the angle
+    of each token's last update (radians)."""
 
-    logits: torch.Tensor
-    state: torch.Tensor
-    exit_loop: torch.Tensor
-    checks: torch.Tensor
     last_angle: torch.Tensor
 
 

@@ -245,7 +245,7 @@ def _by_type(sample: Sample, conv: np.ndarray, types: np.ndarray) -> dict[str, A
                      "median_loop": float(np.median(conv[mask]))}
         out["judged" if share >= SMALLEST_TYPE else "rare"].append(name)
         means[name] = sample.total(conv * mask) / np.maximum(sample.total(mask), 1)
-    for lead, key in (("whitespace", "whitespace_minus"), ("content word", "content_minus")):
+    for lead, key in (("whitespace", "whitespace_minus"), ("content_word", "content_minus")):
         if lead in out["judged"]:
             out[key] = {t: sample.interval(means[lead] - means[t]).to_dict()
                         for t in out["judged"] if t != lead}

@@ -22,7 +22,9 @@ from tokenizers import Tokenizer, decoders, pre_tokenizers
 SMALLEST_TYPE = 0.02
 
 # The token types, in the order they are tested (the first that matches wins).
-TOKEN_TYPES = ("whitespace", "punctuation", "number", "function word", "content word")
+# Each name is a metrics key too (metrics/convergence/*.json), so it is one word: no
+# space, which `dvc exp show --keep` patterns and dotted paths cannot name
+TOKEN_TYPES = ("whitespace", "punctuation", "number", "function_word", "content_word")
 NUMBER = re.compile(r"[\d.,:/-]*\d[\d.,:/-]*")
 # A closed list of English function words: articles and determiners, pronouns (with
 # Early Modern English forms, for the embedded Shakespeare), prepositions,
@@ -58,7 +60,7 @@ def token_type(text: str) -> str:
         return "punctuation"
     if NUMBER.fullmatch(s):
         return "number"
-    return "function word" if s.lower() in FUNCTION_WORDS else "content word"
+    return "function_word" if s.lower() in FUNCTION_WORDS else "content_word"
 
 
 SPECIAL = -1  # window_types' value for a special token (end of text, unknown): left out

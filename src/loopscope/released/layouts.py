@@ -1,0 +1,88 @@
+"""The registry of released layouts: a layout registers itself by name with one
+decorator on its model class, and the outside stages find it by the name params.yaml's
+`outside.<name>.adapter` gives.
+
+    @register("huginn", config=HuginnConfig, eos="<|end_text|>", title="Huginn's")
+    class HuginnLM(Specified, nn.Module): ...
+
+A layout is what loopscope needs of a released checkpoint beyond the looped-model
+interface (loopscope.looped.interface), which its model class implements:
+- `config`: its config.json's reader, `config.from_json(raw)`, with the sizes the memory
+  checks and `plan` read (d_model, n_heads, intermediate, vocab_size, context and
+  mean_recurrence, its own depth: loopscope.released.loader.sizing);
+- `model(cfg, loops)`: the model built from that config, read at depth `loops` (None:
+  the checkpoint's own); the loader builds it on the meta device and fills it;
+- `eos`: the end-of-text token its tokenizer separates documents with;
+- `optional(cfg)`: tensors a checkpoint may hold beyond the parameters (name -> shape),
+  accepted and not loaded as parameters;
+- `after_load(model, files, device)`: what the layout does once the weights are in (its
+  rotary tables are built on the device; Huginn's saved table is checked).
+
+A third layout is one file that defines its model class under this decorator, and one
+import line in loopscope.released.outside (tests/test_layouts.py registers one written
+in the test suite alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from loopscope.base.errors import ParamsError
+
+Shapes = dict[str, tuple[int, ...]]
+Files = dict[str, tuple[Path, tuple[int, ...]]]  # tensor name -> (file, shape)
+
+
+def no_extras(cfg: Any) -> Shapes:
+    return {}
+
+
+def rebuild_rotary(model: nn.Module, files: Files, device: torch.device | str) -> None:
+    """The rotary table, a buffer the meta device left empty, built on the device."""
+    model.rotary.rebuild(device)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A registered layout (module doc)."""
+
+    name: str
+    model: Callable[..., nn.Module]
+    config: Any
+    eos: str
+    title: str  # "Huginn's", for messages: "the weights do not fit Huginn's layout"
+    optional: Callable[[Any], Shapes] = field(default=no_extras)
+    after_load: Callable[[nn.Module, Files, torch.device | str], None] = field(
+        default=rebuild_rotary)
+
+
+LAYOUTS: dict[str, Layout] = {}
+
+
+def register(name: str, *, config: Any, eos: str, title: str,
+             optional: Callable[[Any], Shapes] = no_extras,
+             after_load: Callable[[nn.Module, Files, torch.device | str], None]
+             = rebuild_rotary) -> Callable[[type], type]:
+    """A class decorator: the model class of layout `name` (module doc). A name
+    registered twice is a ValueError: two layouts cannot answer to one adapter name."""
+    def add(cls: type) -> type:
+        if name in LAYOUTS and LAYOUTS[name].model is not cls:
+            raise ValueError(f"layout {name!r} is registered already "
+                             f"({LAYOUTS[name].model.__qualname__})")
+        LAYOUTS[name] = Layout(name, cls, config, eos, title, optional, after_load)
+        return cls
+    return add
+
+
+def layout(name: str, key: str = "adapter") -> Layout:
+    """The layout registered as name; a ParamsError naming key and the known ones."""
+    if name not in LAYOUTS:
+        raise ParamsError(f"'{key}' is {name!r}: no such layout; the known ones are "
+                          f"{', '.join(sorted(LAYOUTS))} (docs/outside-models.md)")
+    return LAYOUTS[name]
