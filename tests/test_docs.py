@@ -143,7 +143,8 @@ def test_the_check_catches_what_is_gone(tmp_path):
 
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-FLOORS = ("base", "weights", "preflight", "measure", "judge", "render", "tools")
+FLOORS = ("base", "stats", "looped", "weights", "preflight", "measure", "released", "judge",
+          "render", "tools")
 
 
 def dag_labels(text: str) -> dict[str, set[str]]:
@@ -155,9 +156,9 @@ def dag_labels(text: str) -> dict[str, set[str]]:
 def script_packages(stage: str) -> set[str]:
     """The packages of the loopscope modules a stage's script imports itself."""
     cmd = STAGES[stage].get("do", STAGES[stage])["cmd"]
-    script = ROOT / re.search(r"stages/\w+\.py", cmd).group(0)
     found = set()
-    for node in ast.walk(ast.parse(script.read_text())):
+    trees = [ast.parse((ROOT / s).read_text()) for s in re.findall(r"stages/\w+\.py", cmd)]
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("loopscope."):
             part = node.module.split(".")[1]
             found.add(part)

@@ -638,3 +638,54 @@ def test_the_key_rule_sees_a_space_and_a_slash():
     found = bad_keys({"whitespace_minus": {"content word": 1, "ok_key": 2},
                       "list": [{"a/b": 0}], "A.drift.ours": 1})
     assert found == ["/whitespace_minus/content word", "/list/a/b"]
+
+
+# ------------------------------------------------------------------- no circle
+
+
+def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
+    """Each source module (relative path) -> the loopscope modules it imports, anywhere
+    in it (inside functions too), as relative paths."""
+    graph = {}
+    for path in pkg.rglob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        found = set()
+        for module in imports(ast.parse(path.read_text())):
+            rel = module.removeprefix("loopscope.").replace(".", "/")
+            target = pkg / f"{rel}.py"
+            if target.is_file():
+                found.add(str(target.relative_to(pkg)))
+        graph[str(path.relative_to(pkg))] = found
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of a graph (each as the modules round it), by depth-first search."""
+    found, state = [], {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(trail[trail.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_no_module_imports_back_one_that_imports_it():
+    """No import circle, inside a package either (plan and plan_outside once imported
+    each other; the FLOP model is tools/flops.py now)."""
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    graph = {"tools/plan.py": {"tools/plan_outside.py"},
+             "tools/plan_outside.py": {"tools/plan.py"}, "base/paths.py": set()}
+    assert circles(graph) == [["tools/plan.py", "tools/plan_outside.py", "tools/plan.py"]]

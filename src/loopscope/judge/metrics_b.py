@@ -35,6 +35,24 @@ def by_loop(stored: Mapping[str, T]) -> dict[int, T]:
     return dict(sorted(found.items()))
 
 
+class PerLoop:
+    """A per-loop series of a metrics record, read once by its own name through the
+    record's _field and keyed by int loop (by_loop): what a cached property per series
+    would write out four times."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, record: Any, owner: type | None = None) -> Any:
+        if record is None:
+            return self
+        value = record.__dict__[self.name] = by_loop(record._field(self.name))
+        return value
+
+
 @dataclass(frozen=True)
 class Decay:
     """A change between two loops (kl_decay, state_decay): the loops it runs from and
@@ -145,25 +163,10 @@ class ConvergenceMetrics:
     def max_depth(self) -> int:
         return int(self._field("max_depth"))
 
-    @cached_property
-    def ce_at_depth(self) -> dict[int, float]:
-        """Mean CE at each uniform depth 1..D."""
-        return by_loop(self._field("ce_at_depth"))
-
-    @cached_property
-    def kl(self) -> dict[int, float]:
-        """Mean KL(p_i || p_(i-1)) at each loop i >= 2."""
-        return by_loop(self._field("kl"))
-
-    @cached_property
-    def state_change(self) -> dict[int, float]:
-        """Mean relative state change at each loop."""
-        return by_loop(self._field("state_change"))
-
-    @cached_property
-    def angle(self) -> dict[int, float]:
-        """Mean angle of each loop's update (radians)."""
-        return by_loop(self._field("angle"))
+    ce_at_depth = PerLoop("Mean CE at each uniform depth 1..D.")
+    kl = PerLoop("Mean KL(p_i || p_(i-1)) at each loop i >= 2.")
+    state_change = PerLoop("Mean relative state change at each loop.")
+    angle = PerLoop("Mean angle of each loop's update (radians).")
 
     @cached_property
     def elasticity(self) -> Elasticity:

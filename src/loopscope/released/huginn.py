@@ -184,7 +184,7 @@ class HuginnNorm(nn.Module):
 class Rotary(nn.Module):
     """The rotary embedding's cos and sin per position (context, head_dim / 2), float32.
     Not a parameter and not saved (the published model saves its table as freqs_cis;
-    load_huginn checks that one against this)."""
+    the loader checks that one against this: after_load)."""
 
     def __init__(self, head_dim: int, context: int, base: float) -> None:
         super().__init__()

@@ -36,7 +36,7 @@ published implementation at a tiny configuration (tests/test_ouro.py):
 
 The parameters carry Ouro's names (model.embed_tokens, model.layers.<i>...,
 model.norm, model.early_exit_gate, lm_head), so a checkpoint directory in Ouro's layout
-loads by name (load_ouro). OuroLM implements the looped-model interface
+loads by name (loopscope.released.loader.load). OuroLM implements the looped-model interface
 (loopscope.looped.interface.LoopedModel).
 """
 
@@ -364,6 +364,8 @@ class OuroLM(Specified, nn.Module):
         for loop k + 1 (the published forward normalizes after every step and hands the
         normed state on). first: True for H_0, or a bool tensor (h.shape[:-1]) where
         tokens at different loops share one call."""
+        # The same three-way choice as LoopedLM.carry's inter-loop norm, kept here: a
+        # shared helper would sit below weights/, and an edit to it would retrain cells
         if first is True:
             return h
         normed = self.model.norm(h)
@@ -408,6 +410,8 @@ class OuroLM(Specified, nn.Module):
         return OuroReader(self)
 
 
+# OuroReader has HuginnReader's shape (released/huginn.py) over another module tree: each
+# reader names its own layout's modules, which is what one file per layout is for.
 class OuroReader(nn.Module):
     """What OuroLM.read runs (the final norm and the head: the embedding when tied, else
     lm_head) with the model's own modules under the same names: its forward is

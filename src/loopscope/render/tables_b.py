@@ -505,8 +505,7 @@ def ledger_table(bench: dict[str, Any]) -> pd.DataFrame | None:
     led = bench.get("ledger")
     if not led:
         return None
-    u, p = f"uniform_{led['uniform_depth']}", led["policy"]
-    label = u.replace("_", " ")  # the key's words, as shown
+    (u, label), p = (f"uniform{s}{led['uniform_depth']}" for s in "_ "), led["policy"]
     rows = []
     for mode, m in led["modes"].items():
         pu, pp = m["parts"][u], m["parts"][p]
@@ -527,13 +526,12 @@ def ledger_bars(bench: dict[str, Any]) -> pd.DataFrame:
     """The ledger as stacked bars: per mode and run (uniform depth B, the policy), each
     part's seconds as a share of uniform depth B's timed wall time."""
     led = bench["ledger"]
-    u, p = f"uniform_{led['uniform_depth']}", led["policy"]
+    (u, label), p = (f"uniform{s}{led['uniform_depth']}" for s in "_ "), led["policy"]
     rows = []
     for mode, m in led["modes"].items():
         wall = m["parts"][u]["wall"]
-        for run in (u, p):
-            rows += [{"mode": mode, "run": run.replace("_", " "),
-                      "part": _ledger_label(bench, part),
+        for run, shown in ((u, label), (p, p)):
+            rows += [{"mode": mode, "run": shown, "part": _ledger_label(bench, part),
                       "share": m["parts"][run][part] / wall} for part in LEDGER_ORDER]
     return pd.DataFrame(rows)
 
@@ -547,8 +545,7 @@ def ledger_lines(bench: dict[str, Any]) -> list[str]:
     led = bench.get("ledger")
     if not led:
         return []
-    u, p = f"uniform_{led['uniform_depth']}", led["policy"]
-    label = u.replace("_", " ")  # the key's words, as shown
+    (u, label), p = (f"uniform{s}{led['uniform_depth']}" for s in "_ "), led["policy"]
     out = []
     for mode, m in led["modes"].items():
         pu, pp = m["parts"][u], m["parts"][p]
