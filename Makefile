@@ -25,11 +25,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup repro test test-slow test-all lint data depth screenshots clean-venv
 
-# --no-compile: pip byte-compiles nothing at install (half the install's time on 2 cores);
-# Python compiles each module the first time it is imported, and only those
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --no-compile -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
 setup: $(STAMP)
