@@ -18,6 +18,7 @@ Each rule has a test that shows it can fail.
 
 import ast
 import fnmatch
+import functools
 import json
 import re
 from pathlib import Path
@@ -59,7 +60,15 @@ def source_tree(path: Path) -> ast.AST:
 
 def closure(*entries: Path) -> set[str]:
     """Every loopscope source file the entry files run, relative to src/loopscope."""
-    return {str(p.relative_to(PKG)) for p in module_closure([source_tree(e) for e in entries])}
+    return set(_closure(tuple((e, e.read_text()) for e in entries)))
+
+
+@functools.cache
+def _closure(entries: tuple[tuple[Path, str], ...]) -> frozenset[str]:
+    """closure, once per set of entry files and their text: the stages of one kind share
+    theirs (every extract@<cell> runs stages/extract.py)."""
+    return frozenset(str(p.relative_to(PKG))
+                     for p in module_closure([source_tree(e) for e, _ in entries]))
 
 
 def instances() -> list[tuple[str, dict]]:

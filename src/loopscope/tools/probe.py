@@ -143,6 +143,18 @@ class Calibration:
         return self.efficiency * self.roofs.get(per, self.roof_gflops) * cell.runs_at_once
 
 
+# Rates already probed in this process, by the probe and its arguments: a process that
+# plans several times (a params file and a preset, the tests) probes each rate once
+_PROBED: dict[tuple, float] = {}
+
+
+def _once(key: tuple, probe: Callable[[], float]) -> float:
+    """probe(), or the rate it gave for this key earlier in this process."""
+    if key not in _PROBED:
+        _PROBED[key] = probe()
+    return _PROBED[key]
+
+
 def calibrate(cells: Iterable[CellConfig], windows: int,
               bench_file: Path | None = None) -> Calibration:
     """Probe this machine for the CPU cells given (on the first one's train.threads):
@@ -151,13 +163,15 @@ def calibrate(cells: Iterable[CellConfig], windows: int,
     cells = list(cells)
     threads = cells[0].train.threads
     efficiency, source, size = step_efficiency(bench_file)
-    roof = roof_gflops(threads, size)
+    roof = _once((roof_gflops, threads, size), lambda: roof_gflops(threads, size))
     forward: dict[str, float] = {}
     for cell in cells:
         key = shape_key(cell.model)
         if key not in forward:
-            forward[key] = forward_gflops(cell.model, threads, windows)
+            forward[key] = _once((forward_gflops, key, threads, windows),
+                                 lambda m=cell.model: forward_gflops(m, threads, windows))
     shares = {c.for_seed(c.seeds[0]).train.threads for c in cells if c.runs_at_once > 1}
-    roofs = {n: roof_gflops(n, size) for n in sorted(shares - {threads})}
+    roofs = {n: _once((roof_gflops, n, size), lambda n=n: roof_gflops(n, size))
+             for n in sorted(shares - {threads})}
     return Calibration(cpu_model(), threads, roof, size, efficiency, source, forward,
                        time.perf_counter() - start, roofs)
