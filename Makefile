@@ -9,6 +9,7 @@
 #   make test-all    every test, fast and slow, as test-slow runs them
 #                (CI, .ci/run: make test, then make test-slow)
 #   make setup   venv + pinned deps only (e.g. before `dvc pull`)
+#   make lock    requirements.lock (every installed package's version) from the venv
 #   make depth   paper B's depth-use search (loopscope.tools.levers): queue its `dvc exp` runs,
 #                run them one after another, write docs/depth.md from their results
 #   make screenshots   reports/html/*.html -> reports/screenshots/*.png in headless
@@ -23,12 +24,37 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup repro test test-slow test-all lint data depth screenshots clean-venv
+.PHONY: setup lock repro test test-slow test-all lint data depth screenshots clean-venv
 
-$(STAMP): pyproject.toml
+# The install: uv (from the package index, by pip) installs the project and its pins,
+# constrained by requirements.lock, byte-compiling on both cores: 25 s where pip alone
+# takes 75 s. uv reads no pip configuration: a wheel folder or index given to pip by
+# PIP_FIND_LINKS, PIP_INDEX_URL or PIP_EXTRA_INDEX_URL (the CPU build of torch, say) is
+# handed on as uv's own.
+UV_VERSION := 0.13.9
+ifdef PIP_FIND_LINKS
+export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
+endif
+ifdef PIP_INDEX_URL
+export UV_INDEX_URL ?= $(PIP_INDEX_URL)
+endif
+ifdef PIP_EXTRA_INDEX_URL
+export UV_EXTRA_INDEX_URL ?= $(PIP_EXTRA_INDEX_URL)
+endif
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python \
+	  -c requirements.lock -e '.[dev]'
 	touch $@
+
+# requirements.lock from the venv as it is (after a change to pyproject.toml's pins:
+# edit the pin, `make setup`, `make lock`); local build labels (+cpu) are left off, so
+# the lock admits whichever build of torch the index gives
+lock: $(STAMP)
+	{ sed -n '1,3p' requirements.lock; $(BIN)/uv pip freeze --python $(BIN)/python \
+	  --exclude-editable | grep -v '^uv==' | sed -E 's/\+[A-Za-z0-9.]+$$//'; } \
+	  > requirements.lock.tmp && mv requirements.lock.tmp requirements.lock
 
 setup: $(STAMP)
 
