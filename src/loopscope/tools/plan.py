@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -72,7 +73,7 @@ from loopscope.tools.plan_outside import outside_lines, plan_outside
 from loopscope.tools.probe import Calibration, calibrate, shape_key
 from loopscope.tools.tokens import corpus_tokens
 from loopscope.weights import compute
-from loopscope.weights.config import CellConfig
+from loopscope.weights.config import CellConfig, TrainConfig
 from loopscope.weights.data import steps_for_epochs, train_windows
 from loopscope.weights.depth import sampler
 from loopscope.weights.model import cost
@@ -93,11 +94,24 @@ def assumed_device(cell: CellConfig, device: str | None = None) -> str:
     return "cuda" if cuda else "cpu"
 
 
+@functools.cache
+def _depth_mean(depth: str, sigma: float, convention: str, loops: int) -> float:
+    """E[r] of a depth sampler. The lognormal's is a mean over 20,000 fixed-seed draws (a
+    third of a second), which depends on nothing else: one estimate per process."""
+    cfg = TrainConfig(depth=depth, depth_sigma=sigma, depth_mean=convention)
+    return sampler(cfg, loops).mean()
+
+
+def depth_mean(t: TrainConfig, loops: int) -> float:
+    """E[r] of a cell's training depth sampler (train.depth, its sigma and convention)."""
+    return _depth_mean(t.depth, t.depth_sigma, t.depth_mean, loops)
+
+
 def train_flops_per_token(cell: CellConfig) -> float:
     """Training FLOPs per token at the sampler's mean depth: the forward pass with its
     readouts, plus the backward pass (2x forward) through the loops gradients reach."""
     m, t = cell.model, cell.train
-    c, mean = cost(m), sampler(t, m.loops).mean()
+    c, mean = cost(m), depth_mean(t, m.loops)
     kept = min(mean, t.backprop_loops) if t.backprop_loops > 0 else mean
     per_loop = t.loss == "per_loop"
     forward = c.prelude + c.loop * mean + c.readout * (mean if per_loop else 1)
@@ -183,7 +197,7 @@ def plan_cell(cell: CellConfig, tokens: int | None, device: str | None = None,
         "params": est.params,
         "loops": m.loops,
         "depth": t.depth,
-        "depth_mean": sampler(t, m.loops).mean(),
+        "depth_mean": depth_mean(t, m.loops),
         "depth_p99": est.depth_p99,
         "loops_kept": est.loops_kept,
         "readouts": est.readouts,
