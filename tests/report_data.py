@@ -72,7 +72,7 @@ def claim_row(key: str, verdict: str = "holds", kind: str = "finding", group: st
             "key": key, "claim": f"{key} claim", "paper_says": "the paper", "source": "where",
             "criterion": "criterion", "value": "ours", "direction": verdict,
             "magnitude": "n/a", "verdict": verdict, "regime": "", "recipe": "",
-            "resampled": "40 units", "comparisons": 1,
+            "resampled": "40 units", "comparisons": 1, "reads": [f"{key}'s statistic"],
             "estimate": estimate(),
             "magnitude_estimate": None,
             "robustness": {"mark": "robust", "swept": {"margin_nats": [0.005, 0.025]},
@@ -91,7 +91,7 @@ def claims_json(paper_a: list[dict], paper_b: list[dict] | None = None, **extra)
         return {v: sum(r["verdict"] == v for r in found)
                 for v in ("holds", "contradicted", "inconclusive", "not shown")}
     paper_b = paper_b or []
-    return {"$schema": "claims.schema.json", "schema_version": 2, "papers": PAPERS,
+    return {"$schema": "claims.schema.json", "schema_version": 3, "papers": PAPERS,
             "provenance": PROVENANCE, "paper_a": paper_a, "paper_b": paper_b,
             "mechanism_checks": [], "judged_with": {"criteria": "0" * 16, "cells": "1" * 16},
             "counts": {"paper_a": counts(paper_a), "paper_b": counts(paper_b)},

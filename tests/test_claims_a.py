@@ -121,13 +121,22 @@ def test_paper_a_claims_hold_on_paper_like_metrics():
     every = {k: found.pop(k) for k in list(found) if k.endswith("_every")}
     assert list(found) == list(CLAIMS_A)
     assert sorted(every) == sorted(f"{k}_every" for k in READS_CONTROLS)
+    # an _every row extends the finding its row is, or the one its extension extends
     assert {(c.kind, c.extends) for c in every.values()} == {
-        ("extension", k) for k in READS_CONTROLS}
+        ("extension", found[k].extends or k) for k in READS_CONTROLS}
     assert found.pop("stable_injection").direction == "not shown"  # no such cell here
     assert {c.direction for c in found.values()} == {"holds"}, \
         [(c.claim, c.value) for c in found.values() if c.direction != "holds"]
     assert {c.magnitude for c in found.values()} <= {"holds", "n/a"}
-    assert found["clamp_other"].kind == "extension"
+    assert {k: (c.kind, c.extends) for k, c in found.items() if c.kind == "extension"} == {
+        "final_norm": ("extension", "drift"), "interloop_norm": ("extension", "drift"),
+        "inverse_scale_controls": ("extension", "inverse_scale"),
+        "depth_gain_over_baseline": ("extension", "depth_gain"),
+        "clamp_other": ("extension", "clamp")}
+    # a counted finding reads one statistic, the paper's
+    for c in found.values():
+        if c.kind == "finding":
+            assert len({t.reads for t in c.tests + c.magnitude_tests}) == 1, c.key
     assert {found[k].kind for k in ("lemma1", "radial_fractions")} == {"check"}
 
 
@@ -141,9 +150,10 @@ def test_paper_a_claims_hold_on_paper_like_metrics():
     ("inverse_scale", dict(slope=0.5), "contradicted"),
     ("k_invariance", dict(ce=(4.5, 4.0)), "contradicted"),
     ("k_invariance", dict(ce=(4.01, 4.0)), "inconclusive"),
-    ("depth_gain", dict(ce=(5.0, 4.0)), "contradicted"),
+    ("depth_gain_over_baseline", dict(ce=(5.0, 4.0)), "contradicted"),
     # the baseline gains 0.3 nats, the controls 0.5 and 0.35: more, but not twice as much
-    ("depth_gain", dict(ce=(4.3, 4.0)), "contradicted"),
+    ("depth_gain_over_baseline", dict(ce=(4.3, 4.0)), "contradicted"),
+    ("depth_gain", dict(ce=(4.3, 4.0)), "holds"),  # the controls' own gains: the finding
     ("frontier", dict(ce=(3.0, 3.0)), "contradicted"),
     ("clamp", dict(clamp=0.05), "contradicted"),
     ("clamp", dict(clamp=0.009), "inconclusive"),
@@ -210,14 +220,17 @@ def test_a_control_whose_last_loop_gets_worse_gains_but_not_with_every_loop():
 
 def test_a_control_with_a_negative_own_gain_contradicts_the_depth_rows():
     """The baseline gains nothing and the control loses from depth: "0.5 x its gain -
-    the baseline's" is negative too, but the row fails on the control's own gain."""
+    the baseline's" is negative too (the extension), but the finding fails on the
+    control's own gain, and the loop-by-loop row on its steps."""
     cells = paper_a_cells()
     cells["perloop_raw"] = cell_a(ce=(3.8, 4.3), seed=1)
     found = rows(cells)
-    for key in ("depth_gain", "depth_monotone"):
+    for key in ("depth_gain", "depth_monotone", "depth_gain_over_baseline"):
         assert found[key].direction == "contradicted", found[key].value
-        assert any(t.statistic == "perloop_raw: CE(1) - CE(K)" and t.verdict() ==
-                   "contradicted" for t in found[key].tests)
+    assert any(t.statistic == "perloop_raw: CE(1) - CE(K)" and t.verdict() ==
+               "contradicted" for t in found["depth_gain"].tests)
+    assert any(t.statistic.startswith("perloop_raw: CE(") and t.verdict(len(
+        found["depth_monotone"].tests)) == "contradicted" for t in found["depth_monotone"].tests)
 
 
 def test_a_timing_that_rises_with_depth_is_flagged_not_read():
@@ -303,7 +316,7 @@ def test_seeds_that_disagree_on_the_clamp_leave_it_undecided():
     found = rows(cells, 400)["clamp"]
     assert found.direction == "inconclusive", found.value
     assert [s["verdict"] for s in found.facts["seeds"]["each"]] == ["holds", "contradicted"]
-    assert "each seed alone agrees (holds/contradicted)" in found.resampled
+    assert "each seed judged alone (holds/contradicted)" in found.resampled
 
 
 def test_no_verdict_rests_on_fewer_than_ten_units():
@@ -359,12 +372,15 @@ def test_the_grouped_quantile_of_few_values_equals_the_token_by_token_one(parent
 
 def test_the_one_over_s_law_must_single_out_the_drifting_cell():
     """A control whose step also follows 1/s while its scale grows as fast does not let
-    the law explain the normed cell's K-invariance: the row does not hold."""
+    the law explain the normed cell's K-invariance: the extension beside the law does
+    not hold, and the law itself, the paper's statistic, is unchanged by it."""
     cells = paper_a_cells()
-    assert verdicts_a(cells)["inverse_scale"] == "holds"
+    assert verdicts_a(cells)["inverse_scale_controls"] == "holds"
     cells["perloop_penalty"] = cell_a(readout="normed", ce=(4.2, 3.85), cos=1e-9, seed=2,
                                       slope=-1.0)
-    assert verdicts_a(cells)["inverse_scale"] != "holds"
+    found = verdicts_a(cells)
+    assert found["inverse_scale_controls"] != "holds"
+    assert found["inverse_scale"] == "holds"
 
 
 def test_the_activity_lemma_reads_the_radial_share_of_every_update():
@@ -384,7 +400,7 @@ def test_two_seeds_decide_only_where_each_seed_alone_agrees():
     cells = paper_a_cells()
     cells["perloop_normed"] = two_seeds(good, other)
     found = rows(cells)["drift"]
-    assert found.direction == "holds" and "each seed alone agrees (holds/holds)" in found.resampled
+    assert found.direction == "holds" and "each seed judged alone (holds/holds)" in found.resampled
     # a judgement that one seed's run passes and the other's fails: pooled, it held
     weak = cell_a(**{**NORMED, "norm": (40.0, 8.0)}, seed=6)
     cells["perloop_normed"] = two_seeds(good, weak)

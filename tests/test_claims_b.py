@@ -171,8 +171,9 @@ def worse_step(k, lo, hi):
     # a step that worsens CE by more than flat_nats: not monotone
     (dict(steps=worse_step(5, 0.02, 0.04)), "elasticity", "contradicted"),
     (dict(steps=worse_step(5, -0.01, 0.03)), "elasticity", "inconclusive"),
-    # the second half of the depth does not help
-    (dict(half_gain=0.0), "elasticity", "contradicted"),
+    # the second half of the depth does not help: the extension, not the paper's finding
+    (dict(half_gain=0.0), "elasticity_second_half", "contradicted"),
+    (dict(half_gain=0.0), "elasticity", "holds"),
     (dict(flat=0.05), "flat_past_r", "contradicted"),
     (dict(flat=0.009), "flat_past_r", "inconclusive"),
     (dict(kl_ratio=1.0), "kl_decay", "contradicted"),
@@ -199,10 +200,13 @@ def test_each_paper_b_claim_can_fail(change, key, verdict):
 def test_a_cycle_on_a_floor_is_not_a_fixed_point():
     """The mean state change falls from R to 4R, but over the late window it levels off
     at a floor (95% of the change at D) and most tokens turn back at every loop: the
-    fixed-point finding is contradicted, the period-2 row holds."""
+    fixed-point extension is contradicted, the period-2 row holds. The paper's finding,
+    the change decaying, holds: its one statistic does not see the floor."""
     found = verdicts(conv(floor=0.95, settling=0.2, cycling=0.7, two_step=0.4), pol())
-    assert found["state_decay"].direction == "contradicted"
-    assert "cycling 70.0%" in found["state_decay"].value
+    assert found["state_decay_floor"].direction == "contradicted"
+    assert found["state_decay_floor"].extends == "state_decay"
+    assert "cycling 70.0%" in found["state_decay_floor"].value
+    assert found["state_decay"].direction == "holds"
     assert found["period_two"].direction == "holds"
 
 
@@ -214,9 +218,9 @@ def test_a_cycle_on_a_floor_is_not_a_fixed_point():
     (dict(settling=0.9, spread=0.1), "inconclusive"),  # the settling share straddles 90%
 ])
 def test_the_fixed_point_row_reads_the_floor_and_the_settling_share(change, verdict):
-    row = verdicts(conv(**change), pol())["state_decay"]
+    row = verdicts(conv(**change), pol())["state_decay_floor"]
     assert row.direction == verdict, row.value
-    assert [t.unit for t in row.tests] == ["log10 ratio", "ratio", "share"]
+    assert [t.unit for t in row.tests] == ["ratio", "share"]
     assert {"late_window", "floor_share", "settling_share", "alternating_share",
             "precision_floor"} <= set(
         row.facts["robustness"]["swept"])
@@ -225,8 +229,9 @@ def test_the_fixed_point_row_reads_the_floor_and_the_settling_share(change, verd
 def test_the_fixed_point_row_is_not_shown_without_the_late_window():
     c = conv()
     del c["settling"]
-    row = verdicts(c, pol())["state_decay"]
+    row = verdicts(c, pol())["state_decay_floor"]
     assert row.direction == "not shown" and "rerun its convergence stage" in row.value
+    assert verdicts(c, pol())["state_decay"].direction == "holds"  # the paper's statistic
 
 
 def test_the_fixed_point_row_says_when_the_backbones_differ_in_kind():
@@ -235,18 +240,19 @@ def test_the_fixed_point_row_says_when_the_backbones_differ_in_kind():
     c = {"main": conv(floor=0.95), "second": conv(r=4)}
     rows = paper_b_claims(c, {"main": pol()}, "main", "second", VALUES)
     mark_settling(rows, c, ["main", "second"], VALUES)
-    row = next(r for r in rows if r.key == "state_decay")
+    row = next(r for r in rows if r.key == "state_decay_floor")
     assert row.facts["settling_kinds"] == {"main": "on a floor", "second": "settles"}
     assert row.facts["differ_in_kind"] and "the backbones differ in kind" in row.value
     main = row.facts["settling_shares"]["main"]
     assert [r["type"] for r in main] == ["all", "content_word"]
     assert main[0]["settling"]["value"] == pytest.approx(0.95)
-    record = {**row.record(), "id": "B.state_decay.main", "paper": "B", "group": "main"}
+    record = {**row.record(), "id": "B.state_decay_floor.main", "paper": "B", "group": "main",
+              "extends": "B.state_decay.main"}
     jsonschema.validate(claims_json([], [record]), SCHEMA)  # every field it carries declared
     c = {"main": conv(), "second": conv(r=4)}
     rows = paper_b_claims(c, {"main": pol()}, "main", "second", VALUES)
     mark_settling(rows, c, ["main", "second"], VALUES)
-    row = next(r for r in rows if r.key == "state_decay")
+    row = next(r for r in rows if r.key == "state_decay_floor")
     assert not row.facts["differ_in_kind"] and "differ" not in row.value
 
 
@@ -324,8 +330,6 @@ def test_magnitudes_have_their_own_verdicts_and_the_headline_needs_both():
 
 @pytest.mark.parametrize("kl, verdict", [
     (policy(8.0), "contradicted"),                 # saves nothing
-    (policy(5.0, delta=0.05), "contradicted"),     # worse than R beyond the margin
-    (policy(5.0, delta=0.008), "inconclusive"),    # non-inferiority not shown
     (policy(7.85), "inconclusive"),                # the loops interval reaches R
     (policy(0, matched=False), "inconclusive"),    # unmatched: never holds or contradicted
 ])
@@ -333,9 +337,18 @@ def test_a1_claim_can_fail(kl, verdict):
     assert verdicts(conv(), pol(kl=kl))["a1_fewer_loops"].direction == verdict
 
 
-def test_a1_is_non_inferiority_with_the_upper_bound_at_the_margin():
-    assert verdicts(conv(), pol(kl=policy(5.0, delta=0.006)))["a1_fewer_loops"].direction \
-        == "holds"
+@pytest.mark.parametrize("kl, verdict", [
+    (policy(5.0, delta=0.05), "contradicted"),     # worse than R beyond the margin
+    (policy(5.0, delta=0.008), "inconclusive"),    # non-inferiority not shown
+    (policy(5.0, delta=0.006), "holds"),           # the upper bound at the margin
+])
+def test_a1_matched_quality_is_an_extension_that_leaves_the_finding_alone(kl, verdict):
+    """The report windows' quality is a second statistic: it decides the extension
+    beside A1, and the finding, mean loops / R, is the same whatever it says."""
+    found = verdicts(conv(), pol(kl=kl))
+    row = found["a1_matches_quality"]
+    assert (row.kind, row.extends, row.direction) == ("extension", "a1_fewer_loops", verdict)
+    assert found["a1_fewer_loops"].direction == "holds"
 
 
 def test_a1_magnitude_is_the_papers_share_of_r_and_the_baseline_an_extension():
@@ -360,8 +373,10 @@ def test_a1_magnitude_is_the_papers_share_of_r_and_the_baseline_an_extension():
     (policy(0, matched=False), "inconclusive", "n/a"),
 ])
 def test_a1_compute_is_the_papers_proxy_with_checks_not_counted(kl, verdict, magnitude):
+    """A1 in FLOPs is an extension of A1's mean loops: the paper's -38% is counted once."""
     found = verdicts(conv(), pol(kl=kl, baseline=6))["a1_saves_compute"]
     assert (found.direction, found.magnitude) == (verdict, magnitude)
+    assert (found.kind, found.extends) == ("extension", "a1_fewer_loops")
 
 
 @pytest.mark.parametrize("flops, flops_baseline, verdict", [
@@ -374,7 +389,7 @@ def test_a1_compute_is_the_papers_proxy_with_checks_not_counted(kl, verdict, mag
 def test_a1_with_its_checks_counted_is_an_extension(flops, flops_baseline, verdict):
     found = verdicts(conv(), pol(kl=policy(5.0, flops=flops, flops_baseline=flops_baseline),
                                  baseline=6))["a1_saves_counted"]
-    assert (found.kind, found.extends, found.direction) == ("extension", "a1_saves_compute",
+    assert (found.kind, found.extends, found.direction) == ("extension", "a1_fewer_loops",
                                                             verdict)
 
 

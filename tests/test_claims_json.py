@@ -183,3 +183,32 @@ def test_a_field_the_schema_does_not_describe_fails():
         jsonschema.validate(document([record(undescribed=1)]), SCHEMA)
     with pytest.raises(jsonschema.ValidationError, match="'undescribed' was unexpected"):
         jsonschema.validate({**claims_json([record()]), "undescribed": 1}, SCHEMA)
+
+
+@pytest.mark.committed
+def test_every_counted_row_of_the_committed_table_reads_one_statistic():
+    """The rule of the counted rows on the committed run: each judged finding reads one
+    statistic, the paper's, and each extension names the finding it refines."""
+    found = json.loads((ROOT / paths.CLAIMS).read_text())
+    assert claims.audit(found) == []
+    extends = {r["extends"] for p in ("paper_a", "paper_b") for r in found[p]
+               if r["kind"] == "extension"}
+    assert {"A.drift.ours", "A.clamp.ours", "B.state_decay.backbone",
+            "B.a1_fewer_loops.backbone"} <= extends
+
+
+def test_the_audit_fails_on_a_planted_two_statistic_row_and_an_orphan_extension():
+    finding = claim_row("drift", reads=["drift ratio"])
+    two = claim_row("heavy_tail", reads=["share above 10x median", "drift ratio"])
+    doc = claims_json([finding, two])
+    assert [p.split(":")[0] for p in claims.audit(doc)] == ["A.heavy_tail.ours"]
+    assert "reads 2 statistics" in claims.audit(doc)[0]
+    # one statistic over several cells is one; a row not shown reads none and passes
+    ok = claims_json([finding, claim_row("k_invariance", "not shown", reads=[])])
+    assert claims.audit(ok) == []
+    orphan = claim_row("clamp_other", kind="extension", reads=["a", "b"])
+    assert claims.audit(claims_json([finding, orphan])) == [
+        "A.clamp_other.ours: an extension of no finding (extends None)"]
+    aimed = claim_row("clamp_other", kind="extension", reads=["a", "b"],
+                      extends="A.drift.ours")
+    assert claims.audit(claims_json([finding, aimed])) == []  # an extension may read two

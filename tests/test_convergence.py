@@ -122,7 +122,8 @@ def judged(m: dict) -> dict:
 
 def test_the_claims_read_what_summarize_writes():
     found = judged(metrics())
-    for key in ("elasticity", "flat_past_r", "token_order", "kl_decay", "state_decay"):
+    for key in ("elasticity", "flat_past_r", "token_order", "kl_decay", "state_decay",
+                "state_decay_floor"):
         assert found[key].direction == "holds", (key, found[key].value)
     assert found["period_two"].direction == "contradicted"  # a monotone approach
 
@@ -149,8 +150,10 @@ def test_a_period_two_state_is_measured_as_a_cycle():
     assert window["backward_share"]["value"] == 1.0
     found = judged(m)
     assert found["period_two"].direction == "holds"
-    assert found["state_decay"].direction == "contradicted"
-    assert "cycling 100.0%" in found["state_decay"].value
+    # the paper's statistic, the change falling from R to 4R, cannot see the cycle; the
+    # extension beside it, which reads the floor, does
+    assert found["state_decay_floor"].direction == "contradicted"
+    assert "cycling 100.0%" in found["state_decay_floor"].value
     steady = metrics()["cycle"]
     assert steady["two_step_ratio"]["lo"] > 1 and steady["late_decay_per_loop"]["hi"] < 0
     assert steady["period2_share"]["value"] == 0.0

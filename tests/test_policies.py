@@ -620,6 +620,45 @@ def test_summarize_sweeps_pools_the_runs_of_a_cell_and_resamples_its_seeds():
 
 
 
+def test_each_seed_runs_the_threshold_it_chose_on_its_own_windows():
+    """Paper B ran A1 on one model, its threshold chosen on that model. Two seeds: on
+    its own `choose` windows the first matches depth R at kl 1e-2 (+0.004 nats, 1.5
+    loops), the second only at 1e-3 (1e-2 costs it +0.008). One threshold for both,
+    chosen on their tokens pooled (+0.006 at 1e-2), would be 1e-3 and 2.5 loops for
+    every token; each seed's own choice, pooled, runs 2.0."""
+    model, uniform, results, docs = constructed()
+    ce = results[("kl", 1e-2)]["choose"].ce.copy()
+    base = uniform["choose"][3]
+    ce[:20], ce[20:] = base[:20] + 0.004, base[20:] + 0.008
+    alternate = np.tile([2, 1], 20)  # 1.5 loops in each half
+    for key, loops in (((("kl", 1e-2)), alternate), (("kl", 1e-3), alternate + 1)):
+        for s in SWEPT:
+            r = results[key][s]
+            results[key][s] = PolicyResult(ce if key == ("kl", 1e-2) and s == "choose"
+                                           else r.ce, loops, r.checks, r.last_angle)
+    sweeps = split(model, uniform, results, docs, 20)
+    pooled, _ = summarize(model, uniform, results, Sample(Documents(docs, 200), docs), 4, 0.01)
+    assert (pooled["kl"]["threshold"], pooled["kl"]["mean_loops"]) == (1e-3, 2.5)
+    metrics, rows = summarize_sweeps(sweeps, 0.01, 200, "cell")
+    kl = metrics["kl"]
+    assert kl["thresholds"] == {"seed1": 1e-2, "seed2": 1e-3} and kl["threshold"] == 1e-2
+    assert kl["chosen"] == "each seed's own"
+    assert kl["mean_loops"] == pytest.approx(2.0)
+    assert kl["loops_ratio_iv"]["value"] == pytest.approx(2.0 / 4)
+    assert [metrics["per_seed"][f"seed{i}"]["kl"]["mean_loops"] for i in (1, 2)] == \
+        pytest.approx([1.5, 2.5])
+    assert all(r["threshold"] >= 0 for r in rows)  # the pooled choice is no frontier row
+    # a seed that matches no setting leaves the rule unmatched for the cell
+    never = {("kl", 1e-2), ("kl", 1e-3), ("kl", 0.0)}
+    for w in sweeps[1:]:
+        for key in never:
+            r = w.results["choose"][key]
+            w.results["choose"][key] = PolicyResult(r.ce + 1.0, r.exit_loop, r.checks,
+                                                    r.last_angle)
+    metrics, _ = summarize_sweeps(sweeps, 0.01, 200, "cell")
+    assert metrics["kl"] == {"matched": False, "unmatched_seeds": ["seed2"]}
+
+
 def test_a_rule_swept_on_the_first_seed_alone_reports_that_seeds_numbers():
     """policies.first_seed_only: the second run skips a rule; the pooled metrics give
     the rule the first seed's own numbers, marked as one seed, its frontier rows too,

@@ -116,7 +116,7 @@ def test_claims_are_shown_as_judged_with_their_marks(tmp_path, monkeypatch):
     assert view.loc[1, "robustness"] == "fragile: margin_nats = 0.025 -> holds"
     assert view.loc[0, "robustness"] == "robust"
     assert view.loc[1, "note"] == ("the seed-to-seed spread exceeds the margin; each seed "
-                                   "alone: holds/contradicted")
+                                   "alone: holds; contradicted")
     assert "regime" not in view and list(claims_view("paper_a", "extension")["id"]) == [
         "A.clamp_other.ours"]
     intro = claims_intro("paper_a")

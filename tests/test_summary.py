@@ -68,9 +68,11 @@ def test_verdict_rows_put_each_recipe_group_in_its_column_and_mark_the_regime():
         {"backbone": "bb", "state": "outside"}, {"backbone": "bb4", "state": "in"}]))
     assert a == [{"claim": "drift",
                   "our recipe": "contradicted (direction holds, magnitude contradicted)",
-                  "reference recipe": "holds (direction holds, magnitude holds)"}]
+                  "reference recipe": "holds (direction holds, magnitude holds)",
+                  "extensions": "-"}]
     assert b == [{"claim": "tail", "verdict": "contradicted",
-                  "regime": "outside the paper's regime (bb); in the paper's regime (bb4)"}]
+                  "regime": "outside the paper's regime (bb); in the paper's regime (bb4)",
+                  "extensions": "-"}]
     assert summary.verdict_rows(claims())[1][0]["regime"] == "-"  # no backbone read
 
 
@@ -81,7 +83,22 @@ def test_a_fragile_verdict_and_an_extension_say_so():
     found["paper_a"].append({**row("clamp_other", "holds"), "kind": "extension"})
     a, _ = summary.verdict_rows(found)
     assert a[0]["our recipe"].endswith(", fragile")
-    assert a[1]["claim"] == "clamp_other (extension)"
+    assert a[1]["claim"] == "clamp_other (extension)"  # an extension of no finding: a row
+
+
+def test_an_extension_stands_beside_the_finding_it_extends():
+    found = claims()
+    found["paper_a"] += [
+        {**row("final_norm", "holds"), "kind": "extension", "extends": "A.drift.ours"},
+        {**row("final_norm", "contradicted", group="reference"), "kind": "extension",
+         "extends": "A.drift.reference"}]
+    found["paper_b"].append({**row("tail_more", "holds", paper="B", group="backbone"),
+                             "kind": "extension", "extends": "B.tail.backbone"})
+    a, b = summary.verdict_rows(found)
+    assert [r["claim"] for r in a] == ["drift"] and [r["claim"] for r in b] == ["tail"]
+    assert a[0]["extensions"] == ("final_norm: holds; final_norm (reference): "
+                                  "contradicted")
+    assert b[0]["extensions"] == "tail_more: holds"
 
 
 def test_a_paper_a_claim_not_shown_still_renders():

@@ -11,10 +11,12 @@ from loopscope.judge import criteria
 from loopscope.judge.criteria import Criteria, parameters, specification
 from loopscope.judge.params import ClaimsConfig
 from loopscope.judge.verdicts import (
+    Claim,
     Comparison,
     all_of,
     at_least,
     at_most,
+    by_seeds,
     claim,
     combined,
     decide,
@@ -23,6 +25,7 @@ from loopscope.judge.verdicts import (
     inside,
     negligible,
     not_shown,
+    seed_rule,
     widened,
 )
 from loopscope.stats.intervals import Documents, Interval
@@ -151,3 +154,50 @@ def test_a_row_record_carries_its_estimate_band_and_counts():
     assert rec["comparisons"] == 2 and rec["key"] == "k"
     assert not_shown("t", "p", "c", "why").record()["estimate"] is None
 
+
+
+@pytest.mark.parametrize("pooled, each, expected", [
+    # seeds that each decide a part alike decide it where the pooled interval is open
+    ("inconclusive", ["holds", "holds"], "holds"),
+    ("inconclusive", ["contradicted", "contradicted"], "contradicted"),
+    ("holds", ["holds", "holds"], "holds"),
+    # seeds that do not all decide it alike leave open what the pooled interval decides
+    ("holds", ["holds", "inconclusive"], "inconclusive"),
+    ("contradicted", ["holds", "contradicted"], "inconclusive"),
+    ("inconclusive", ["holds", "inconclusive"], "inconclusive"),
+    # seeds against the pooled interval: open
+    ("contradicted", ["holds", "holds"], "inconclusive"),
+    # nothing to decide
+    ("n/a", ["n/a", "n/a"], "n/a"),
+    ("not shown", ["holds", "holds"], "not shown"),
+])
+def test_the_seed_rule_decides_both_ways(pooled, each, expected):
+    assert by_seeds(pooled, each) == expected
+
+
+def _row(value: float, lo: float, hi: float, mag: tuple[float, float, float]) -> Claim:
+    """A row of one effect and one magnitude band [0.5, 0.68] on constructed intervals."""
+    iv, m = Interval(value, lo, hi, 40), Interval(*mag, 40)
+    return claim("c", "p", "k", "v", [Comparison("x", iv, effect, (1,))],
+                 [Comparison("x", m, inside, (0.5, 0.68))])
+
+
+def test_each_seed_contradicting_the_magnitude_contradicts_a_row_the_pooled_interval_leaves_open():
+    """The row of B.a1_saves_compute at 1b03d58: each seed alone above the band, the
+    pooled interval straddling its edge; the seeds decide it, and their intervals are
+    kept beside the pooled verdicts."""
+    pooled = _row(0.3, 0.2, 0.4, (0.69, 0.66, 0.72))
+    assert (pooled.direction, pooled.magnitude) == ("holds", "inconclusive")
+    seeds = [_row(0.3, 0.2, 0.4, (0.70, 0.692, 0.708)), _row(0.3, 0.2, 0.4, (0.70, 0.688, 0.706))]
+    seed_rule(pooled, seeds, ["backbone"])
+    assert (pooled.direction, pooled.magnitude, pooled.verdict) == (
+        "holds", "contradicted", "contradicted")
+    record = pooled.facts["seeds"]
+    assert record["pooled"] == {"direction": "holds", "magnitude": "inconclusive"}
+    assert record["decided"] == ["magnitude"]
+    assert [s["magnitude_estimate"]["lo"] for s in record["each"]] == [0.692, 0.688]
+    assert "magnitude contradicted on each seed alone" in pooled.value
+    # one seed inside the band: the seeds disagree, the pooled verdict is not upgraded
+    mixed = _row(0.3, 0.2, 0.4, (0.69, 0.66, 0.72))
+    seed_rule(mixed, [seeds[0], _row(0.3, 0.2, 0.4, (0.6, 0.55, 0.65))], ["backbone"])
+    assert mixed.magnitude == "inconclusive" and mixed.facts["seeds"]["decided"] == []

@@ -16,6 +16,8 @@ from loopscope.judge.verdicts import Comparison, widened
 from loopscope.stats.intervals import Interval
 from loopscope.weights.config import CellConfig
 
+RESULTS = "paper B, results"  # where paper B says it: its summary's sections
+FINDINGS = "paper B, contributions"
 PAPER_B_SIGMA = 0.5  # paper B's sampler (Huginn's): r = 1 + Poisson(LogNormal(., 0.5))
 STATES = {"in": "in the paper's regime", "edge": "at the edge of the paper's regime",
           "outside": "outside the paper's regime"}
@@ -108,11 +110,13 @@ class Backbone:
                         ", one seed: conditional on that trained model")
 
     def test(self, statistic: str, raw: dict[str, float], rule: Any, *args: float,
-             unit: str = "", paper: float | None = None) -> Comparison:
+             unit: str = "", paper: float | None = None, of: str = "") -> Comparison:
         """A comparison on a stored 95% interval (widened for a family): the statistic's
-        unit, and the paper's number on its scale where it gives one."""
+        unit, the paper's number on its scale where it gives one, and the statistic a
+        family's member is an instance of (Comparison.of)."""
         iv = Interval.of(raw)
-        return Comparison(statistic, iv, rule, args, lambda k: widened(iv, k), unit, paper)
+        return Comparison(statistic, iv, rule, args, lambda k: widened(iv, k), unit, paper,
+                          of)
 
     def at_epsilon(self, epsilon: float) -> Backbone:
         """This backbone with its convergence loop read at another KL epsilon (one the

@@ -44,7 +44,7 @@ VERDICTS = ("holds", "contradicted", "inconclusive", "not shown")
 # The JSON Schema of tables/claims.json, beside it, and the version of the shape it
 # describes: a reader's program checks the version before it reads a field.
 SCHEMA = "claims.schema.json"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The two papers, by title; `topic` is how the reports and the front page call each.
 PAPERS = {
     "paper_a": {"title": "Dense supervision is not enough: the readout blind spot in "
@@ -103,6 +103,26 @@ def _records(found: list[Claim], paper: str, configs: dict[str, CellConfig]
             record["declared"] = criteria.declared(c.key, c.extends)
         out.append(record)
     return out
+
+
+def audit(found: dict[str, Any]) -> list[str]:
+    """What breaks the rule of the counted rows in a claims document (tables/claims.json):
+    a finding judged (not "not shown") that reads more than one statistic (`reads`), and
+    an extension whose `extends` names no finding of its paper. The claims stage refuses
+    to write a document with any (judge)."""
+    problems = []
+    for paper in ("paper_a", "paper_b"):
+        rows = found.get(paper, [])
+        findings = {r["id"] for r in rows if r["kind"] == "finding"}
+        for r in rows:
+            if r["kind"] == "finding" and r["verdict"] != "not shown" and len(r["reads"]) != 1:
+                problems.append(f"{r['id']}: a finding reads {len(r['reads'])} statistics "
+                                f"({'; '.join(r['reads'])}); move all but the paper's to an "
+                                "extension")
+            if r["kind"] == "extension" and r.get("extends") not in findings:
+                problems.append(f"{r['id']}: an extension of no finding (extends "
+                                f"{r.get('extends')!r})")
+    return problems
 
 
 def metrics(found: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +191,9 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
     settling.mark_settling(rows_b, conv, [c for c in (main, second) if c is not None], base)
     judged_b = _records(rows_b, "B", configs)
     found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
+    if problems := audit(found):
+        raise ValueError("tables/claims.json would break the rule of the counted rows:\n"
+                         + "\n".join(problems))
     meta = read_json(paths.PREPARED / "meta.json", "prepare")
     released = {"outside": outside_records(list(outside), base, main)} if outside else {}
     return {

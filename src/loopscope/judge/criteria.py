@@ -81,12 +81,12 @@ def rows() -> dict[str, dict[str, str]]:
 
 
 def declared(key: str, extends: str = "") -> dict[str, str]:
-    """A row's declaration (rows.yaml); an extension recomputing a finding over every
-    cell (extends, key `<finding>_every`) reads the finding's, over every cell. A row
+    """A row's declaration (rows.yaml); an extension recomputing a row over every cell
+    (key `<row>_every`) reads that row's, over every cell. A row
     without one is an error: every row says what it reads."""
     found = rows().get(key)
-    if found is None and extends and key == f"{extends}_every":
-        found = {**rows()[extends], "conditions": "every"}
+    if found is None and extends and key.endswith("_every"):
+        found = {**rows()[key.removesuffix("_every")], "conditions": "every"}
     if found is None:
         raise KeyError(f"{ROWS.name}: no declaration for the row '{key}'")
     return dict(found)

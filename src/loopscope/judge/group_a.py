@@ -186,13 +186,21 @@ class GroupA:
         return self.docs.mean(x.clamp["doc"].to_numpy(), x.clamp[mode].to_numpy(),
                               _runs(x.clamp), c)
 
+    def growth_text(self, cells: list[str]) -> str:
+        """How far the loops grow each cell's state: s_K / s_1 and s_L / s_1 over the
+        depth sweep (L its deepest depth), the point estimates, in words."""
+        return ", ".join(f"{c} x{self.growth(c, self.cells[c].loops)[0]:.2f} over K, "
+                         f"x{self.growth(c, sweep_depth(self.cells[c].sweep))[0]:.2f} over "
+                         f"{sweep_depth(self.cells[c].sweep)} loops" for c in cells)
+
     def test(self, statistic: str, draws: np.ndarray, rule: Any, *args: float,
-             unit: str = "", paper: float | None = None) -> Comparison:
+             unit: str = "", paper: float | None = None, of: str = "") -> Comparison:
         """A comparison on per-draw values: its 95% interval, and at the level of a
-        family from the same resamples; the statistic's unit, and the paper's number on
-        its scale where it gives one."""
+        family from the same resamples; the statistic's unit, the paper's number on its
+        scale where it gives one, and the statistic a family's member is an instance of
+        (Comparison.of)."""
         return Comparison(statistic, self.docs.interval(draws), rule, args,
-                          lambda k: self.docs.interval(draws, k), unit, paper)
+                          lambda k: self.docs.interval(draws, k), unit, paper, of)
 
     def quantile(self, c: str, name: str, k: int, q: float) -> np.ndarray:
         """Per draw: the q-quantile of a per-token column of cell c at loop k (kept in

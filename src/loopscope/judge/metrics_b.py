@@ -238,3 +238,10 @@ class PolicyMetrics:
     def match_target(self) -> float:
         """CE(R) + the matching margin: the CE a policy has to stay under on `report`."""
         return self.uniform_ce[self.r] + float(self.raw["match_nats"])
+
+
+def threshold_text(q: dict[str, Any]) -> str:
+    """A rule's chosen threshold in words (q: its metrics): one, or each seed's own."""
+    if "thresholds" in q:
+        return ", ".join(f"{t:g} ({seed})" for seed, t in q["thresholds"].items())
+    return f"{q['threshold']:g}"

@@ -199,7 +199,8 @@ def kind(b: Backbone) -> str | None:
 
 def mark_settling(rows: list[Claim], conv: dict[str, dict[str, Any]], backbones: list[str],
                   values: dict[str, float] | Criteria) -> None:
-    """The fixed-point row (key state_decay) told, at the criteria's values, what each
+    """The fixed-point row (key state_decay_floor, the extension of state_decay that
+    reads the floors) told, at the criteria's values, what each
     backbone's late state does (facts: `settling_kinds`, `differ_in_kind`) and the share
     of each label among its tokens and within each token type (`settling_shares`), and
     in its value where the backbones differ in kind: one settles while the other sits on
@@ -211,7 +212,7 @@ def mark_settling(rows: list[Claim], conv: dict[str, dict[str, Any]], backbones:
                   for r in by_type(b.conv[TOKENS], b.conv, b.p, TOKEN_TYPES)]
               for c, b in judged.items() if c in kinds}
     for row in rows:
-        if row.key != "state_decay":
+        if row.key != "state_decay_floor":
             continue
         row.facts.update(settling_kinds=kinds, differ_in_kind=differ, settling_shares=shares)
         if differ:

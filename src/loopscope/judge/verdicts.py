@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
@@ -126,6 +127,15 @@ def widened(iv: Interval, family: int) -> Interval:
                     iv.value + f * (iv.hi - iv.value), iv.units)
 
 
+def canonical(statistic: str) -> str:
+    """A comparison's statistic without the cell it is taken in ("perloop_raw: CE(1) -
+    CE(K)") or against ("... - the normed cell's"): one statistic over several cells
+    ("above every control") is one. A family over steps, loops or pairs names its
+    statistic itself (Comparison.of)."""
+    out = re.sub(r"^[A-Za-z0-9_+.-]+: ", "", statistic)
+    return re.sub(r" - [^()]*'s( \(.*\))?$", "", out)
+
+
 FAMILY_RULE = ("Bonferroni within a claim: a claim of k comparisons holds when each holds "
                "at 95%, and is contradicted when one is at the level 1 - 0.05 / k")
 BANDS: dict[Callable[..., Verdict], Callable[..., tuple[float, float]]] = {
@@ -152,6 +162,13 @@ class Comparison:
     level: Callable[[int], Interval] | None = None
     unit: str = ""  # the statistic's own unit: nats, ratio, log10 ratio, loops, share, ...
     paper: float | None = None  # the paper's number on the statistic's scale, where it gives one
+    of: str = ""  # the statistic this one is an instance of, where the name does not say
+
+    @property
+    def reads(self) -> str:
+        """The statistic this comparison reads, whatever cell, step or pair it is taken
+        at (`of`, else `canonical(statistic)`): a counted row reads one (the paper's)."""
+        return self.of or canonical(self.statistic)
 
     def at(self, family: int) -> Interval:
         if family <= 1:
@@ -264,6 +281,7 @@ class Claim:
         out["estimate"] = found[0].record(found[1]) if found is not None else None
         out["magnitude_estimate"] = mag[0].record(mag[1]) if mag is not None else None
         out["comparisons"] = len(self.tests)
+        out["reads"] = sorted({t.reads for t in self.tests + self.magnitude_tests})
         return {**out, **self.facts}
 
 
@@ -277,36 +295,74 @@ def claim(text: str, paper_says: str, criterion: str, value: str, tests: list[Co
 
 
 # A seed-level bootstrap over fewer seeds than this has too few distinct draws (two
-# seeds: three) to carry training noise: a verdict must then also hold on each seed.
+# seeds: three) to carry training noise: each seed's own judgement decides instead.
 FEW_SEEDS = 3
-SEED_RULE = (f"with under {FEW_SEEDS} seeds a verdict stands only where each seed alone "
-             "agrees (every row reading such a cell, both papers)")
+SEED_RULE = (f"with under {FEW_SEEDS} seeds, each seed is judged alone: a part (direction, "
+             "magnitude) is decided, holds or contradicted, where every seed alone decides "
+             "it that way and the pooled interval does not decide it the other way, "
+             "whatever the pooled interval says otherwise; where the seeds do not all "
+             "decide it alike, it is inconclusive (every row reading such a cell, both "
+             "papers; each seed's interval is shown)")
+DECIDED = ("holds", "contradicted")
+
+
+def by_seeds(pooled: str, each: list[str]) -> str:
+    """A part's verdict (direction or magnitude) under the seed rule (SEED_RULE), from
+    the pooled verdict and each seed's own. Both ways: seeds deciding alike decide it
+    where the pooled interval leaves it open (two seeds give a seed-level bootstrap
+    three distinct draws: too few to carry training noise, so the pooled interval is
+    not the better evidence), and seeds that do not all decide it alike leave open a
+    part the pooled interval decides."""
+    if pooled not in (*DECIDED, "inconclusive"):
+        return pooled  # not shown, n/a: nothing to decide
+    agreed = set(each)
+    if len(agreed) == 1 and (seen := next(iter(agreed))) in DECIDED:
+        return seen if pooled in (seen, "inconclusive") else "inconclusive"
+    return "inconclusive"
 
 
 def seed_rule(found: Claim, alone: list[Claim], cells: list[str]) -> None:
-    """The seed rule, one for both papers: where a row reads cells trained with 2 to
-    FEW_SEEDS - 1 seeds (cells), a direction (and a magnitude) that holds or is
-    contradicted on the seeds pooled stands only if each seed's own judgement (alone,
-    the same row judged on each seed's run alone) agrees; otherwise it is inconclusive,
-    and the row's value says why. Each seed's verdicts are kept (facts)."""
+    """The seed rule, one for both papers (SEED_RULE): where a row reads cells trained
+    with 2 to FEW_SEEDS - 1 seeds (cells), its direction and magnitude are decided by
+    each seed's own judgement (alone: the same row judged on each seed's run alone),
+    both ways: every seed deciding a part alike decides it, seeds that disagree leave
+    it open. Each seed's verdicts and decisive intervals are kept (facts), with the
+    pooled verdicts, and the value says where the seeds decided."""
     if not cells or not alone:
         return
-    found.facts["seeds"] = {"rule": f"with under {FEW_SEEDS} seeds each seed alone must "
-                            "agree", "cells": sorted(cells),
-                            "each": [{"verdict": a.verdict, "direction": a.direction,
-                                      "magnitude": a.magnitude} for a in alone]}
+    pooled = {"direction": found.direction, "magnitude": found.magnitude}
+    each = []
+    for a in alone:
+        rec = a.record()
+        each.append({"verdict": a.verdict, "direction": a.direction,
+                     "magnitude": a.magnitude, "estimate": rec["estimate"],
+                     "magnitude_estimate": rec["magnitude_estimate"]})
+    found.direction = by_seeds(found.direction, [a.direction for a in alone])
+    if found.magnitude != "n/a":
+        found.magnitude = by_seeds(found.magnitude, [a.magnitude for a in alone])
+    moved = [part for part in ("direction", "magnitude")
+             if getattr(found, part) != pooled[part]]
+    found.facts["seeds"] = {"rule": f"under {FEW_SEEDS} seeds each seed is judged alone",
+                            "cells": sorted(cells), "pooled": pooled, "each": each,
+                            "decided": moved}
+    for part in moved:
+        seen = "/".join(getattr(a, part) for a in alone)
+        what = "" if part == "direction" else "magnitude "
+        if getattr(found, part) == "inconclusive":
+            found.value += f"; {what}not on each seed alone ({seen})"
+        else:
+            found.value += (f"; {what}{getattr(found, part)} on each seed alone ({seen}), "
+                            f"where the pooled interval is {pooled[part]}")
     seen = "/".join(a.direction for a in alone)
-    if found.direction in ("holds", "contradicted") and any(
-            a.direction != found.direction for a in alone):
-        found.direction = "inconclusive"
-        found.value += f"; not on each seed alone ({seen})"
-    if found.magnitude in ("holds", "contradicted") and any(
-            a.magnitude != found.magnitude for a in alone):
-        found.magnitude = "inconclusive"
-        each = "/".join(a.magnitude for a in alone)
-        found.value += f"; magnitude not on each seed alone ({each})"
-    found.resampled += (f"; under {FEW_SEEDS} seeds ({', '.join(sorted(cells))}): decided "
-                        f"only where each seed alone agrees ({seen})")
+    found.resampled += (f"; under {FEW_SEEDS} seeds ({', '.join(sorted(cells))}): each "
+                        f"seed judged alone ({seen})")
+
+
+def extension(found: Claim, extends: str) -> Claim:
+    """A row beyond the paper: shown beside the finding it extends (that finding's key:
+    a stricter or broader test of it, ours), never counted."""
+    found.kind, found.extends = "extension", extends
+    return found
 
 
 def not_shown(claim: str, paper: str, criterion: str, why: str) -> Claim:

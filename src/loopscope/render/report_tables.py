@@ -121,11 +121,23 @@ def robustness(row: dict[str, Any]) -> str:
                                     for t in r["turns"])
 
 
+def _seed(s: dict[str, Any]) -> str:
+    """One seed's own judgement: its verdict and the interval it turned on."""
+    e = s.get("estimate")
+    if not e:
+        return s["verdict"]
+    return f"{s['verdict']} ({e['statistic']} {e['value']:.4g} [{e['lo']:.4g}, {e['hi']:.4g}])"
+
+
 def _note(row: dict[str, Any]) -> str:
-    """What stands beside a row: the seed-spread warning and each seed's own verdict."""
+    """What stands beside a row: the seed-spread warning and each seed's own verdict with
+    the interval it turned on (where the seeds decided the row, it is their intervals,
+    not the pooled one, that decided)."""
     parts = [row["note"]] if row.get("note") else []
     if seeds := row.get("seeds"):
-        parts.append("each seed alone: " + "/".join(s["verdict"] for s in seeds["each"]))
+        decided = (" (the seeds decided the " + " and ".join(seeds["decided"]) + ")"
+                   if seeds.get("decided") else "")
+        parts.append(f"each seed alone{decided}: " + "; ".join(_seed(s) for s in seeds["each"]))
     return "; ".join(parts)
 
 

@@ -77,17 +77,36 @@ def regimes(row: dict[str, Any]) -> str:
                      for r in row.get("regimes", [])) or "-"
 
 
+def _beside(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each finding's extensions (by the finding's id) in a few words: the extension's
+    key, its recipe group where it is the reference's, and its verdict."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if r["kind"] == "extension" and r.get("extends"):
+            group = " (reference)" if r.get("group") == "reference" else ""
+            out.setdefault(r["extends"], []).append(f"{r['key']}{group}: {verdict(r)}")
+    return out
+
+
 def verdict_rows(claims: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """Paper A: one row per claim (its key), a verdict column per recipe group; paper B:
-    one row per claim and backbone, with the regime of the backbones it reads."""
+    one row per claim and backbone, with the regime of the backbones it reads. An
+    extension stands beside the finding it extends (`extensions`), not on a row of its
+    own (one without `extends` keeps a row, marked)."""
+    beside_a, beside_b = _beside(claims["paper_a"]), _beside(claims["paper_b"])
     a: dict[str, dict[str, str]] = {}
     for r in claims["paper_a"]:
+        if r["kind"] == "extension" and r.get("extends"):
+            continue
         row = a.setdefault(r["key"] or r["claim"], {"claim": _label(r), "our recipe": "-",
-                                                    "reference recipe": "-"})
+                                                    "reference recipe": "-", "extensions": []})
         row["reference recipe" if r.get("group") == "reference" else "our recipe"] = verdict(r)
-    b = [{"claim": _label(r), "verdict": verdict(r), "regime": regimes(r)}
-         for r in claims["paper_b"]]
-    return list(a.values()), b
+        row["extensions"] += beside_a.get(r["id"], [])
+    rows_a = [{**row, "extensions": "; ".join(row["extensions"]) or "-"} for row in a.values()]
+    b = [{"claim": _label(r), "verdict": verdict(r), "regime": regimes(r),
+          "extensions": "; ".join(beside_b.get(r["id"], [])) or "-"}
+         for r in claims["paper_b"] if not (r["kind"] == "extension" and r.get("extends"))]
+    return rows_a, b
 
 
 def scale_line(claims: dict[str, Any]) -> str:
@@ -199,7 +218,7 @@ def headline_rows(headline: dict[str, Any]) -> list[dict[str, str]]:
     return [{"cell": cell, "final-loop norm": num(h["norm_final"], ".1f"),
              "final-loop PPL": num(h["ppl_final"], ".1f"),
              "A1 mean loops": num(h["a1_mean_loops"], ".2f"),
-             "A1 FLOPs / depth R": num(h["a1_flops_ratio"], ".2f")}
+             "A1 FLOPs / depth R (checks counted)": num(h["a1_flops_ratio"], ".2f")}
             for cell, h in sorted(headline.items())]
 
 

@@ -18,7 +18,7 @@ from loopscope.base.outputs import read_json, read_metrics, read_table, require_
 from loopscope.judge.backbone import STATES, Backbone, recipe_deviation, worst_step
 from loopscope.judge.cells import cell_group, paper_b_backbones
 from loopscope.judge.criteria import Criteria
-from loopscope.judge.metrics_b import ConvergenceMetrics, PolicyMetrics
+from loopscope.judge.metrics_b import ConvergenceMetrics, PolicyMetrics, threshold_text
 from loopscope.judge.settling import LABELS, Tokens, by_type, percent
 from loopscope.render.report_tables import claims, criteria_values
 from loopscope.stats.intervals import Interval
@@ -260,7 +260,7 @@ def policy_table(p: dict[str, Any]) -> pd.DataFrame:
         if not q.get("matched"):
             rows.append({"policy": rule, "threshold": "no setting matched"})
             continue
-        row = {"policy": rule, "threshold": q["threshold"],
+        row = {"policy": rule, "threshold": threshold_text(q),
                "mean loops": str(Interval.of(q["mean_loops_iv"])),
                "CE - CE(R)": str(Interval.of(q["delta_ce"])),
                "FLOPs / depth R": q["flops_ratio"],

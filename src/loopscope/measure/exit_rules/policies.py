@@ -128,6 +128,9 @@ def outcomes_of(model: LoopedModel, uniform: dict[str, np.ndarray],
 
 
 SWEPT = ("choose", "report")  # the window sets a sweep runs on (probe: A2's training)
+# The threshold of a cell's pooled setting where each seed runs the threshold it chose on
+# its own `choose` windows (no rule's grid holds a negative threshold)
+OWN = -1.0
 
 
 @dataclass
@@ -152,12 +155,17 @@ def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int, key: str
     every interval pool the cell's seeds (the intervals resample the seeds too, key: the
     cell's name); with the seed count and resampling units, and, for a cell of several
     seeds, each seed's own metrics (`per_seed`: its threshold chosen on its own `choose`
-    windows; the seed rule reads them)."""
+    windows; the seed rule reads them). A rule's pooled numbers are those of each seed
+    running its own matched threshold, as paper B ran A1 on its one model, not of one
+    threshold chosen for all seeds together (a threshold no seed chose); a rule some
+    seed cannot match is unmatched (_own_choice)."""
     metrics, rows = _pooled(sweeps, match, resamples, key)
     metrics["seeds"] = len(sweeps)
     if len(sweeps) > 1:
         own = [_pooled([w], match, resamples, key) for w in sweeps]
         metrics["per_seed"] = {f"seed{w.seed}": m for w, (m, _) in zip(sweeps, own, strict=True)}
+        metrics = {**metrics, **_own_choice(sweeps, [m for m, _ in own], match, resamples,
+                                            key)}
         # a rule swept on the first seed alone (policies.first_seed_only): its numbers
         # are that seed's, marked so
         alone = sorted(_rules(sweeps[0]) - set.intersection(*map(_rules, sweeps)))
@@ -172,14 +180,41 @@ def _rules(sweep: Sweep) -> set[str]:
     return {rule for rule, _ in sweep.results[SWEPT[0]]}
 
 
-def _pooled(sweeps: list[Sweep], match: float, resamples: int, key: str
+def _own_choice(sweeps: list[Sweep], seeds: list[dict[str, Any]], match: float,
+                resamples: int, key: str) -> dict[str, dict[str, Any]]:
+    """Each rule swept on every seed, measured as the seeds ran it: each seed at the
+    threshold it chose on its own `choose` windows (seeds: each seed's own metrics), the
+    tokens pooled, every interval over the same resamples of units and seeds as the
+    pooled metrics. `threshold` is the first seed's (the run the exit benchmark times),
+    `thresholds` every seed's; unmatched where a seed matches no setting."""
+    shared = set.intersection(*map(_rules, sweeps))
+    own = {r: [m[r]["threshold"] for m in seeds] for r in shared
+           if all(m[r].get("matched") for m in seeds)}
+    metrics, _ = _pooled(sweeps, match, resamples, key, own)
+    out: dict[str, dict[str, Any]] = {r: {"matched": False, "unmatched_seeds": [
+        f"seed{w.seed}" for w, m in zip(sweeps, seeds, strict=True) if not m[r].get("matched")]}
+        for r in shared - set(own)}
+    for rule, ts in own.items():
+        out[rule] = {**metrics[rule], "threshold": ts[0], "chosen": "each seed's own",
+                     "thresholds": {f"seed{w.seed}": t for w, t in zip(sweeps, ts, strict=True)},
+                     "at_grid_edge": any(m[rule]["at_grid_edge"] for m in seeds)}
+    return out
+
+
+def _pooled(sweeps: list[Sweep], match: float, resamples: int, key: str,
+            own: dict[str, list[float]] | None = None
             ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """summarize over the tokens of the sweeps pooled."""
+    """summarize over the tokens of the sweeps pooled; own: per rule, each sweep's own
+    threshold, whose results pooled are the rule's setting (at threshold OWN)."""
     cell = sweeps[0]
     uniform = {s: np.concatenate([w.uniform[s] for w in sweeps], axis=1) for s in cell.uniform}
     results = {k: {s: pool([w.results[s][k] for w in sweeps]) for s in cell.results}
                for k in cell.results[SWEPT[0]]
                if all(k in w.results[SWEPT[0]] for w in sweeps)}
+    for rule, ts in (own or {}).items():
+        results[(rule, OWN)] = {s: pool([w.results[s][(rule, t)]
+                                         for w, t in zip(sweeps, ts, strict=True)])
+                                for s in cell.results}
     docs = np.concatenate([w.docs for w in sweeps])
     parents = None if cell.parents is None else np.concatenate([w.parents for w in sweeps])
     seeds = (np.concatenate([np.full(len(w.docs), w.seed) for w in sweeps])
@@ -238,8 +273,11 @@ class _Report:
 def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome], target: float,
                   margin: float, rep: _Report, baseline_depth: int) -> dict[str, Any]:
     """One rule's metrics: the setting with the fewest mean loops within `margin` of
-    depth R's CE (target) on `choose`, measured on `report`, beside its defaults."""
-    chosen = matched(choose, target, margin)
+    depth R's CE (target) on `choose`, measured on `report`, beside its defaults; where
+    the seeds' own choices are pooled (a setting at OWN), that setting."""
+    own = [o for o in choose if o.threshold == OWN]
+    choose = [o for o in choose if o.threshold != OWN]
+    chosen = own[0] if own else matched(choose, target, margin)
     if chosen is None:
         return {"matched": False}
     got = _at(report, chosen.threshold)
@@ -289,7 +327,8 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
     rows = [{"set": s, "rule": o.rule, "threshold": o.threshold, "mean_loops": o.mean_loops,
              "ce": o.mean_ce, "flops": o.flops, "flops_ratio": o.flops / base[s].flops,
              "default": is_default(o.rule, o.threshold)}
-            for s in outcomes for group in outcomes[s].values() for o in group]
+            for s in outcomes for group in outcomes[s].values() for o in group
+            if o.threshold != OWN]
     return metrics, rows
 
 
