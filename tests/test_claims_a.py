@@ -473,3 +473,18 @@ def test_every_row_is_declared_and_a_finding_reads_only_its_conditions():
     assert wide == beyond
     with pytest.raises(KeyError, match="no declaration for the row 'nonsense'"):
         declared("nonsense")
+
+
+@pytest.mark.parametrize("norm, direction, magnitude", [
+    ((20.0, 20.0), "holds", "holds"),            # inside the paper's 17-83
+    ((10.0, 8.0), "holds", "contradicted"),      # small, as at our width: not the level
+    ((200.0, 300.0), "contradicted", "contradicted"),  # a control that drifts
+])
+def test_the_controls_absolute_norms_are_judged_against_the_papers_range(
+        norm, direction, magnitude):
+    cells = paper_a_cells()
+    cells["perloop_raw"] = cell_a(norm=norm, seed=1)
+    row = rows(cells)["control_norms"]
+    assert (row.direction, row.magnitude) == (direction, magnitude), row.value
+    assert "per coordinate" in row.value and "at d 512" in row.value
+    assert len({t.reads for t in row.tests + row.magnitude_tests}) == 1

@@ -153,6 +153,27 @@ def recipe_deviation(cfg: CellConfig) -> str:
     return "; ".join(found) or "paper B's"
 
 
+# The rows the sampler's sigma moves, measured: docs/depth.md's lever-sigma01 against its
+# default (sigma 0.5) moves the tail at R and the useful depth, and with the tail the
+# convergence loops' distribution the median is read from
+MOVED_BY_SIGMA = ("median_convergence", "tail", "saturation")
+
+
+def mark_sigma(records: list[dict[str, Any]], configs: dict[str, CellConfig]) -> None:
+    """Paper B's records that the sampler's sigma moves (MOVED_BY_SIGMA) told each
+    backbone's sigma where it is not paper B's (`sampler_sigma`, and in the value)."""
+    for r in records:
+        if r["key"] not in MOVED_BY_SIGMA:
+            continue
+        off = {b: configs[b].train.depth_sigma for b in r.get("backbones", [])
+               if b in configs and configs[b].train.depth_sigma != PAPER_B_SIGMA}
+        if off:
+            r["sampler_sigma"] = off
+            r["value"] += ("; trained at sampler sigma " + ", ".join(
+                f"{s:g} ({b})" for b, s in off.items()) + f", not paper B's {PAPER_B_SIGMA:g}:"
+                " the sigma moves this row (docs/depth.md, lever-sigma01)")
+
+
 def steps(elasticity: Elasticity) -> dict[int, Interval]:
     """CE(k+1) - CE(k) for each step k < R of a backbone's elasticity."""
     return {k: Interval.of(v) for k, v in elasticity.steps.items()}

@@ -5,6 +5,8 @@ benchmark group cells by it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loopscope.weights.config import CellConfig
 
 
@@ -71,6 +73,53 @@ def recipe(cell: CellConfig) -> str:
     theirs = t.schedule == "constant" and t.lr == 3e-4 and tuple(t.betas) == (0.9, 0.999)
     return (f"{arch}; schedule {'paper A' if theirs else 'ours'} ({t.schedule} lr {t.lr:g}"
             f"{warm}, betas {t.betas[0]:g}/{t.betas[1]:g})")
+
+
+# Paper A's training recipe where it is not ours (PAPERS.md, its reference code): the
+# schedule, the AdamW betas and the batch at 44M
+PAPER_A_SCHEDULE = {"schedule": "constant", "lr": 3e-4, "warmup_steps": 0,
+                    "betas": (0.9, 0.999), "batch_size": 64}
+
+
+def recipe_gaps(cell: CellConfig) -> list[str]:
+    """What of paper A's training recipe (PAPER_A_SCHEDULE) a cell lacks, in words
+    ([] where it has all of it); the corpus and the scale are the run's (claims.json's
+    `scale`), not listed."""
+    t, want = cell.train, PAPER_A_SCHEDULE
+    found = []
+    if (t.schedule, t.lr) != (want["schedule"], want["lr"]):
+        found.append(f"{t.schedule} lr {t.lr:g}, not constant {want['lr']:g}")
+    if t.warmup_steps:
+        found.append(f"warm-up {t.warmup_steps} steps, not none")
+    if tuple(t.betas) != want["betas"]:
+        found.append(f"betas {t.betas[0]:g}/{t.betas[1]:g}, not 0.9/0.999")
+    if t.batch_size != want["batch_size"]:
+        found.append(f"batch {t.batch_size}, not {want['batch_size']}")
+    return found
+
+
+def mark_recipes(records: list[dict[str, Any]], configs: dict[str, CellConfig]) -> None:
+    """Paper A's records told where the recipe decides: each record the parts of paper
+    A's recipe its group's cells lack (`recipe_lacks`), and each finding whose verdict
+    differs between the two recipe groups marked on both (`recipe_turns`: each group's
+    verdict) and said in its value. A paper mechanism would not turn with the recipe."""
+    gaps = {facts(c)["recipe_group"]: recipe_gaps(c) for c in configs.values()
+            if cell_group(c) != "paper B backbone"}
+    by_key: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in records:
+        r["recipe_lacks"] = gaps.get(r["group"], [])
+        if r["kind"] == "finding" and r["verdict"] != "not shown":
+            by_key.setdefault(r["key"], {})[r["group"]] = r
+    for rows in by_key.values():
+        seen = {g: r["verdict"] for g, r in rows.items()}
+        if len(set(seen.values())) > 1:
+            for r in rows.values():
+                r["recipe_turns"] = seen
+                r["value"] += ("; the recipe turns this row: " + ", ".join(
+                    f"{v} in {g}" for g, v in seen.items())
+                    + " (the reference group has paper A's architecture and init; of its "
+                    "training recipe it lacks: "
+                    + ("; ".join(gaps.get("reference", [])) or "nothing") + ")")
 
 
 def paper_b_backbones(configs: dict[str, CellConfig]) -> tuple[str | None, str | None]:

@@ -21,11 +21,12 @@ from typing import Any
 from loopscope.base import paths
 from loopscope.base.outputs import read_json, read_metrics, read_table
 from loopscope.judge import criteria, settling
-from loopscope.judge.backbone import recipe_deviation
+from loopscope.judge.backbone import mark_sigma, recipe_deviation
 from loopscope.judge.cells import (
     cell_group,
     control,
     facts,
+    mark_recipes,
     paper_b_backbones,
     paper_condition,
     recipe,
@@ -190,6 +191,8 @@ def judge(cells: list[str], policy_cells: list[str], values: dict[str, float],
     rows_b = paper_b_claims(conv, pol, main, second, base)
     settling.mark_settling(rows_b, conv, [c for c in (main, second) if c is not None], base)
     judged_b = _records(rows_b, "B", configs)
+    mark_recipes(judged_a, configs)
+    mark_sigma(judged_b, configs)
     found = {"paper_a": [r for r in judged_a if r["kind"] != "check"], "paper_b": judged_b}
     if problems := audit(found):
         raise ValueError("tables/claims.json would break the rule of the counted rows:\n"

@@ -12,13 +12,17 @@ from loopscope.judge.group_a import GroupA, sweep_depth
 from loopscope.judge.verdicts import Claim, at_least, at_most, below, claim, extension, not_shown
 
 
-def _no_drift(g: GroupA, cell: str, text: str, what: str, key: str, source: str,
+def _no_drift(g: GroupA, cell: str | None, text: str, what: str, key: str, source: str,
               why: str) -> Claim:
     """A design-rule control that should not drift (final-norm only, the inter-loop
     norm), judged as the drift row judges the baseline, from the other side: direction,
     the per-loop normed cell's final-loop norm above this cell's; magnitude, this cell's
     no larger than the largest of the paper's scale-controlled cells'. An extension of
-    drift: the paper states no result for either (why, on the row)."""
+    drift: the paper states no result for either (why, on the row); not shown without
+    the cell (None) or the normed one."""
+    if not (g.normed and cell):
+        return extension(not_shown(text, why, "-", f"a per-loop normed or {what} cell is "
+                                   "absent"), "drift")
     ours = g.mean(cell, "norm")
     ratio = g.mean(g.normed, "norm") / ours
     value = (f"final-loop mean norm {ours[0]:,.1f} ({cell}); normed / it "
@@ -48,9 +52,6 @@ def final_norm(g: GroupA) -> Claim:
     why = ("a trained control whose result the paper does not state (no number, no "
            "sentence); its design rule implies no drift, so this row is an extension of "
            "drift")
-    if not (g.normed and fn):
-        return extension(not_shown(text, why, "-", "a per-loop normed or final-norm-only "
-                                    "cell is absent"), "drift")
     return _no_drift(g, fn, text, "final-norm-only", "final_norm",
                      "paper A, controls: 'final norm only: raw readouts at intermediate "
                      "loops, a normalized one at the last'", why)
@@ -65,9 +66,6 @@ def interloop_norm(g: GroupA) -> Claim:
     cell = next((c for c, v in g.cells.items() if v.loss == "per_loop"
                  and v.readout == "normed" and "inter-loop norm" in v.control), None)
     why = "named by the paper's design rule, never trained by it: an extension of drift"
-    if not (g.normed and cell):
-        return extension(not_shown(text, why, "-", "a per-loop normed or inter-loop-norm "
-                                    "cell is absent"), "drift")
     return _no_drift(g, cell, text, "inter-loop-norm", "interloop_norm",
                      "paper A, design rule: control recurrent scale 'by removing it from the "
                      "recurrent path (inter-loop norm)'", why)

@@ -75,6 +75,45 @@ def drift(g: GroupA) -> Claim:
         "with raw readouts or a norm penalty")
 
 
+# The paper's final-loop norms of the scale-controlled conditions (raw readout, norm
+# penalty), at d_model 512 (44M) and 768 (129M)
+PAPER_CONTROL_RANGE = (17.0, 83.0)
+PAPER_WIDTHS = (512, 768)
+
+
+def control_norms(g: GroupA) -> Claim:
+    """Paper A: with a raw readout or a norm penalty the final-loop norm stays at 17 to
+    83, on its one statistic, each control's final-loop mean norm: direction, at most
+    83 (the scale does not drift); magnitude, inside [17, 83]. The level is set by the
+    recipe (the init sets ||H_0||: the reference's PyTorch default init starts it about
+    sqrt(d) times larger than GPT-2's 0.02) and by the width (a norm grows like sqrt(d)
+    at a fixed scale per coordinate, and the paper's d_model is 512 and 768): the value
+    gives the scale per coordinate beside the paper's."""
+    lo, hi = PAPER_CONTROL_RANGE
+    text = "With a raw readout or a norm penalty the final-loop norm stays at tens"
+    if not g.controls:
+        return not_shown(text, PAPER_CONTROL_NORMS, "-", "no scale-controlled cell")
+    norms = {c: g.mean(c, "norm") for c in g.controls}
+    d = {g.cells[c].d_model for c in g.controls}
+    per = ", ".join(f"{n[0]:,.1f} ({c})" for c, n in norms.items())
+    rms = ", ".join(f"{n[0] / g.cells[c].d_model ** 0.5:.2f}" for c, n in norms.items())
+    theirs = ", ".join(f"{lo / w ** 0.5:.2f}-{hi / w ** 0.5:.2f} at d {w}"
+                       for w in PAPER_WIDTHS)
+    return claim(
+        f"{text}: {g.controls_named()}", f"{PAPER_CONTROL_NORMS} (raw readout or norm "
+        "penalty)",
+        f"final-loop mean norm of every scale-controlled cell at most {hi:g} (upper bounds); "
+        f"magnitude: inside [{lo:g}, {hi:g}], the paper's range",
+        f"final-loop mean norm {per}; per coordinate (norm / sqrt(d), d "
+        f"{', '.join(map(str, sorted(d)))}) {rms}, the paper's {theirs}",
+        [g.test(f"{c}: final-loop mean norm", n, at_most, hi, unit="norm")
+         for c, n in norms.items()],
+        [g.test(f"{c}: final-loop mean norm", n, inside, lo, hi, unit="norm")
+         for c, n in norms.items()],
+        key="control_norms", source=f"{RESULTS}: 'models with raw readouts or norm penalties "
+        "kept norms in the range of 17-83'")
+
+
 def heavy_tail(g: GroupA) -> Claim:
     """Paper A: the drift is token-level and heavy-tailed, not a mean shift. Judged on
     tail mass: the share of tokens whose final-loop norm is beyond tail_factor x the
@@ -430,8 +469,8 @@ def _seed_spread(g: GroupA, cell: str) -> str:
 
 
 CLAIMS_A: dict[str, Callable[[GroupA], Claim]] = {c.__name__: c for c in (
-    drift, heavy_tail, final_norm, interloop_norm, stable_injection, activity, inverse_scale,
-    inverse_scale_controls, k_invariance, depth_gain, depth_gain_over_baseline,
+    drift, control_norms, heavy_tail, final_norm, interloop_norm, stable_injection, activity,
+    inverse_scale, inverse_scale_controls, k_invariance, depth_gain, depth_gain_over_baseline,
     depth_monotone, frontier, clamp, clamp_other, lemma1, radial_fractions)}
 # The findings whose comparisons read the scale-controlled cells: each is judged on the
 # paper's own conditions (raw readout, norm penalty), and again, as an extension beside

@@ -98,7 +98,9 @@ def verdict_rows(claims: dict[str, Any]) -> tuple[list[dict[str, str]], list[dic
     for r in claims["paper_a"]:
         if r["kind"] == "extension" and r.get("extends"):
             continue
-        row = a.setdefault(r["key"] or r["claim"], {"claim": _label(r), "our recipe": "-",
+        turned = " (the recipe turns it)" if r.get("recipe_turns") else ""
+        row = a.setdefault(r["key"] or r["claim"], {"claim": _label(r) + turned,
+                                                    "our recipe": "-",
                                                     "reference recipe": "-", "extensions": []})
         row["reference recipe" if r.get("group") == "reference" else "our recipe"] = verdict(r)
         row["extensions"] += beside_a.get(r["id"], [])
