@@ -76,7 +76,7 @@ def cell_a(group: str = "scale-controlled", readout: str = "raw", loss: str = "p
     offset = rng.normal(0, 0.005, DOCS)[doc]  # each document's own change
     clamped = pd.DataFrame({"doc": doc, **{m: clamp + offset for m in clamp_modes}})
     return CellA(group, loss, readout, recipe, LOOPS, pd.DataFrame(tokens), pd.DataFrame(sweep),
-                 clamped, {f"k{k}": 1000.0 for k in range(1, 5)},
+                 clamped, {f"k{k}": 4000.0 / k for k in range(1, 5)},
                  {f"k{k}": 1e6 for k in range(1, 5)}, control=control, d_model=128,
                  paper=paper)
 
@@ -132,6 +132,7 @@ def test_paper_a_claims_hold_on_paper_like_metrics():
         "final_norm": ("extension", "drift"), "interloop_norm": ("extension", "drift"),
         "inverse_scale_controls": ("extension", "inverse_scale"),
         "depth_gain_over_baseline": ("extension", "depth_gain"),
+        "frontier_throughput": ("extension", "frontier"),
         "clamp_other": ("extension", "clamp")}
     # a counted finding reads one statistic, the paper's
     for c in found.values():
@@ -235,9 +236,31 @@ def test_a_control_with_a_negative_own_gain_contradicts_the_depth_rows():
 
 def test_a_timing_that_rises_with_depth_is_flagged_not_read():
     cells = paper_a_cells()
-    cells["perloop_raw"].tokens_per_s.update(k2=3000.0)  # the best control: its timing is read
+    cells["perloop_raw"].tokens_per_s.update(k2=5000.0)  # the best control: its timing is read
     found = rows(cells)["frontier"]
     assert "not falling with depth" in found.value and found.direction == "holds"
+
+
+def test_the_throughput_frontier_reads_the_timings_and_can_fail():
+    # the normed cell improves with depth; a control that runs slower than its depth
+    # says sits against the normed cell's deeper, better CE at that speed
+    cells = paper_a_cells(ce=(4.4, 4.0))
+    assert rows(cells)["frontier_throughput"].direction == "holds"
+    cells["perloop_raw"].tokens_per_s.update({f"k{k}": 1000.0 for k in range(1, 5)})
+    found = rows(cells)["frontier_throughput"]
+    assert (found.kind, found.extends, found.direction) == ("extension", "frontier",
+                                                            "contradicted")
+
+
+def test_the_throughput_frontier_takes_the_rounds_worst_pairing():
+    # medians alike, but in one round the control ran at half the speed: at that speed
+    # the normed cell reaches its deeper, better CE, and the row no longer holds
+    cells = paper_a_cells(ce=(4.4, 4.0))
+    for c in cells.values():
+        c.speed_rounds = {k: [v, v, v] for k, v in c.tokens_per_s.items()}
+    assert rows(cells)["frontier_throughput"].direction == "holds"
+    cells["perloop_raw"].speed_rounds["k1"] = [4000.0, 4000.0, 1100.0]
+    assert rows(cells)["frontier_throughput"].direction != "holds"
 
 
 def test_a_claim_about_every_cell_of_none_is_not_shown():

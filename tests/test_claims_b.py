@@ -129,11 +129,26 @@ def policy(loops, delta=0.0, flops_baseline=0.7, matched=True, threshold=1e-3, r
             "flops_ratio_baseline_unchecked_iv": narrow(unchecked * 8 / 7, 0.02)}
 
 
-def pol(r=8, kl=None, probe=None, baseline=7):
+def curve(low=-0.05, mid=0.0, loops=(2.0, 3.5, 6.5, 7.5)):
+    """A1's curve against uniform depth: CE - uniform's at equal mean loops, `low` at
+    the settings of at most 4 of 8 loops, `mid` at the others."""
+    return [{"threshold": 0.1 / (i + 1), "mean_loops": n,
+             "delta_ce_uniform": narrow(low if n <= 4 else mid, 0.003)}
+            for i, n in enumerate(loops)]
+
+
+def pol(r=8, kl=None, probe=None, baseline=7, kl_curve=None):
+    """A backbone's policies metrics; A1 against A2 paired from their mean loops."""
+    kl = policy(5.0) if kl is None else kl
+    probe = policy(7.95, threshold=0.0) if probe is None else probe
+    if kl.get("matched") and probe.get("matched") and "vs_probe" not in kl:
+        d = kl["mean_loops"] - probe["mean_loops"]
+        kl = {**kl, "vs_probe": {"loops_diff": narrow(d, 0.2),
+                                 "loops_diff_ratio": narrow(d / r, 0.025),
+                                 "ce_diff": narrow(0.0)}}
     return {"r": r, "match_nats": 0.01, "choose_nats": 0.005,
             "baseline_depth": baseline, "uniform": {"matched_depth": baseline},
-            "kl": policy(5.0) if kl is None else kl,
-            "probe": policy(7.95, threshold=0.0) if probe is None else probe}
+            "kl": kl, "probe": probe, "kl_curve": curve() if kl_curve is None else kl_curve}
 
 
 def judged(c, p, second=True, values=None, second_conv=None):
@@ -402,6 +417,37 @@ def test_a1_with_its_checks_counted_is_an_extension(flops, flops_baseline, verdi
 ])
 def test_a2_saves_nothing_can_fail(probe, verdict):
     assert verdicts(conv(), pol(probe=probe))["a2_saves_nothing"].direction == verdict
+
+
+@pytest.mark.parametrize("probe, verdict", [
+    (policy(7.95, threshold=0.0), "holds"),     # the paper's 4.94 against 7.99
+    (policy(4.0, threshold=0.1), "contradicted"),  # A2 saves more than A1
+    (policy(5.1, threshold=0.1), "inconclusive"),  # the paired interval straddles 0
+    (policy(0, matched=False), "inconclusive"),    # A2 unmatched: nothing measured
+])
+def test_a1_beats_a2_is_paired_and_can_fail(probe, verdict):
+    found = verdicts(conv(), pol(probe=probe))["a1_beats_a2"]
+    assert (found.kind, found.direction) == ("finding", verdict), found.value
+    assert {t.reads for t in found.tests + found.magnitude_tests} <= {"(A1 - A2 mean loops) / R"}
+
+
+def test_a1_beats_a2_magnitude_is_the_papers_gap():
+    # A1 beats A2 by a loop where the paper has three: the direction holds, the size not
+    found = verdicts(conv(), pol(probe=policy(6.0, threshold=0.1)))["a1_beats_a2"]
+    assert (found.direction, found.magnitude) == ("holds", "contradicted")
+
+
+@pytest.mark.parametrize("kl_curve, verdict", [
+    (curve(), "holds"),
+    (curve(low=0.03), "contradicted"),              # uniform depth is better at low depth
+    (curve(mid=-0.05), "contradicted"),             # not equal near the mean depth
+    (curve(low=-0.002), "inconclusive"),            # too close to call at low depth
+    (curve(loops=(6.5, 7.5)), "inconclusive"),      # no setting at low depth
+    (curve(loops=(2.0, 3.0)), "inconclusive"),      # none in the mean depth range
+])
+def test_a1_curve_against_uniform_depth_can_fail(kl_curve, verdict):
+    found = verdicts(conv(), pol(kl_curve=kl_curve))["a1_curve"]
+    assert (found.kind, found.verdict) == ("finding", verdict), found.value
 
 
 def test_saturation_is_not_shown_with_one_backbone():

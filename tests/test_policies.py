@@ -546,6 +546,31 @@ def test_summarize_reports_on_the_report_windows_and_at_the_defaults():
     assert {row["set"] for row in table} == {"choose", "report"}
 
 
+def test_a1s_curve_is_read_against_uniform_depth_at_equal_mean_loops():
+    """kl 1e-2 runs 1.5 loops at +0.008 nats over depth R; uniform depth there is the
+    mix of depths 1 and 2, +0.2535: A1 is 0.2455 nats better. kl 1e-3, 2.5 loops at
+    +0.003 against +0.0045. kl 0 runs every token to R, uniform depth itself: no point."""
+    _, metrics, _ = summarized()
+    curve = metrics["kl_curve"]
+    assert [e["mean_loops"] for e in curve] == pytest.approx([1.5, 2.5])
+    assert [e["delta_ce_uniform"]["value"] for e in curve] == pytest.approx([-0.2455, -0.0015])
+    assert all(e["delta_ce_uniform"]["lo"] <= e["delta_ce_uniform"]["value"]
+               <= e["delta_ce_uniform"]["hi"] for e in curve)
+
+
+def test_a1_and_a2_are_paired_on_the_same_tokens_at_their_chosen_settings():
+    model, uniform, results, docs = constructed()
+    assert "vs_probe" not in summarized()[1]["kl"]  # A2 matched nothing: no pair
+    results[("probe", 0.0)] = {s: _result(uniform[s][3], 4.0) for s in SWEPT}  # depth R
+    metrics, _ = summarize(model, uniform, results, Sample(Documents(docs, 200), docs), 4,
+                           0.01)
+    pair = metrics["kl"]["vs_probe"]
+    assert metrics["probe"]["threshold"] == 0.0
+    assert pair["loops_diff"]["value"] == pytest.approx(2.5 - 4.0)
+    assert pair["loops_diff_ratio"]["value"] == pytest.approx(-1.5 / 4)
+    assert pair["ce_diff"]["value"] == pytest.approx(0.003)
+
+
 def test_summarize_with_a_wider_margin_takes_the_cheaper_settings():
     # the same data at match_nats 0.02: depth 2 and kl 1e-2 are now within half of it
     _, metrics, _ = summarized(match=0.02)

@@ -77,7 +77,8 @@ def paper_a_cells(cells: list[str], configs: dict[str, CellConfig]) -> dict[str,
                        cfg.model.loops, read_table("diagnose", c), read_table("sweep", c),
                        read_table("clamp", c), speed["tokens_per_s"], speed["flops_per_token"],
                        read_metrics("diagnose", c).get("unit", "document"), control(cfg),
-                       cfg.model.d_model, paper_condition(cfg))
+                       cfg.model.d_model, paper_condition(cfg),
+                       speed.get("tokens_per_s_rounds", {}))
     return out
 
 

@@ -41,7 +41,8 @@ OPPOSITE = {"holds": "contradicted", "contradicted": "holds"}
 # The modules whose code decides a verdict (and criteria.yaml, the declared parameters):
 # what an experiment's verdicts and the default's are comparable under when equal
 DECIDING = ("verdicts.py", "criteria.py", "criteria.yaml", "cells.py", "group_a.py",
-            "paper_a.py", "backbone.py", "paper_b.py", "settling.py")
+            "paper_a.py", "controls_a.py", "frontier_a.py", "backbone.py", "paper_b.py",
+            "policies_b.py", "settling.py")
 
 
 def criteria_digest(values: Mapping[str, float]) -> str:

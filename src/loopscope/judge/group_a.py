@@ -44,6 +44,7 @@ class CellA:
     control: str = ""  # a scale-controlled cell's control (loopscope.judge.cells.control)
     d_model: int = 0  # the state's width (0: unknown; the activity lemma needs it)
     paper: bool = True  # one of paper A's seven conditions (cells.paper_condition)
+    speed_rounds: dict[str, list[float]] = field(default_factory=dict)  # tokens/s per round
 
     @property
     def last(self) -> str:
@@ -99,6 +100,7 @@ def _lemma2_draws(docs: Documents, sweep: pd.DataFrame, key: str
 
 
 # the design rule's three, and stable injection (Parcae, after the paper)
+RESULTS = "paper A, results"  # where paper A says it: its summary's sections
 CONTROLS = ("raw readout", "norm penalty", "inter-loop norm", "stable injection")
 
 

@@ -14,7 +14,9 @@ import numpy as np
 from loopscope.judge.cells import PAPER_CONTROLS
 from loopscope.judge.controls_a import final_norm, interloop_norm, stable_injection
 from loopscope.judge.criteria import Criteria, criteria_of, specification
+from loopscope.judge.frontier_a import frontier, frontier_throughput
 from loopscope.judge.group_a import (
+    RESULTS,
     CellA,
     GroupA,
     on_each_seed,
@@ -42,7 +44,6 @@ PAPER_CONTROL_NORMS = "17 to 83"
 PAPER_NORMS = f"{PAPER_DRIFT_NORMS} vs {PAPER_CONTROL_NORMS} for the controls"
 # Its smallest drift ratio: the 44M drift over the largest control norm, 39,000 / 83.
 PAPER_SMALLEST_RATIO = 39_000 / 83
-RESULTS = "paper A, results"  # where the paper says it: its summary's sections
 MECHANISM = "paper A, mechanism"
 
 
@@ -379,47 +380,6 @@ def depth_monotone(g: GroupA) -> Claim:
         "depth grows'")
 
 
-def frontier(g: GroupA) -> Claim:
-    """Paper A: scale control gives a better perplexity/throughput frontier. At equal
-    cost (FLOPs per token: model.cost, the same for cells of one architecture at one
-    depth) the frontier is the CE at each depth: every per-loop control below the normed
-    cell at every depth 1..K (paired). Measured tokens/s stands beside it, flagged
-    where it does not fall with depth (timing noise, not a finding)."""
-    text = "Scale-controlled variants have a better perplexity/compute frontier"
-    if not (g.normed and g.per_loop_controls):
-        return not_shown(text, "better frontier", "-", "cells absent")
-    loops = g.cells[g.normed].loops
-    tests = [g.test(f"{c}: CE({k}) - the normed cell's", g.mean(c, "ce", k)
-                    - g.mean(g.normed, "ce", k), effect, -1, unit="nats",
-                    of="CE(k) - the normed cell's")
-             for c in g.per_loop_controls for k in range(1, loops + 1)]
-    holding = [c for c in g.per_loop_controls
-               if all(t.verdict() == "holds" for t in tests if t.statistic.startswith(c))]
-    n = g.cell(g.normed)
-    speed = "; ".join(f"{c}: tokens/s at K {x.tokens_per_s[x.last]:,.0f}"
-                      + ("" if _falls_with_depth(x) else " (not falling with depth: noise)")
-                      for c, x in ((c, g.cells[c]) for c in [*g.per_loop_controls, g.normed]))
-    return claim(
-        text, "better frontier",
-        "at every depth k = 1..K, the CE of every per-loop scale-controlled cell - the "
-        "normed cell's < 0 (paired intervals), at the FLOPs per token of each (model.cost)",
-        "CE(K) - the normed cell's: " + ", ".join(
-            f"{c} {g.docs.interval(g.mean(c, 'ce') - g.mean(g.normed, 'ce'))}"
-            for c in g.per_loop_controls)
-        + f"; holds at every depth for: {', '.join(holding) or 'none'}; FLOPs/token at K "
-        f"{n.flops_per_token[n.last]:.3g}; {speed}", tests, key="frontier",
-        source=f"{RESULTS}: scale-controlled variants occupy 'a superior PPL-throughput "
-        "frontier: lower perplexity at the same throughput'")
-
-
-def _falls_with_depth(cell: CellA) -> bool:
-    """Whether measured tokens/s falls (weakly) from depth 1 to K: a timing that rises
-    with depth is noise."""
-    speed = [cell.tokens_per_s[f"k{k}"] for k in range(1, cell.loops + 1)
-             if f"k{k}" in cell.tokens_per_s]
-    return all(a >= b for a, b in zip(speed, speed[1:], strict=False))
-
-
 def clamp(g: GroupA) -> Claim:
     """Paper A: clamping the recurrent scale of a trained per-loop normed model changes
     CE negligibly: the scale its normed readout ignores carries nothing. The paper's
@@ -471,7 +431,8 @@ def _seed_spread(g: GroupA, cell: str) -> str:
 CLAIMS_A: dict[str, Callable[[GroupA], Claim]] = {c.__name__: c for c in (
     drift, control_norms, heavy_tail, final_norm, interloop_norm, stable_injection, activity,
     inverse_scale, inverse_scale_controls, k_invariance, depth_gain, depth_gain_over_baseline,
-    depth_monotone, frontier, clamp, clamp_other, lemma1, radial_fractions)}
+    depth_monotone, frontier, frontier_throughput, clamp, clamp_other, lemma1,
+    radial_fractions)}
 # The findings whose comparisons read the scale-controlled cells: each is judged on the
 # paper's own conditions (raw readout, norm penalty), and again, as an extension beside
 # it, over every scale-controlled cell of the group (the inter-loop norm and stable

@@ -16,7 +16,9 @@ from loopscope.judge.backbone import FINDINGS, RESULTS, Backbone, shares, steps,
 from loopscope.judge.criteria import Criteria, criteria_of, specification
 from loopscope.judge.metrics_b import ConvergenceMetrics
 from loopscope.judge.policies_b import (
+    a1_beats_a2,
     a1_below_baseline,
+    a1_curve,
     a1_fewer_loops,
     a1_matches_quality,
     a1_saves_compute,
@@ -326,7 +328,7 @@ def _tolerance(row: dict[str, Any]) -> str:
 ROWS_MAIN = (elasticity, elasticity_second_half, flat_past_r, kl_decay, state_decay,
              state_decay_floor, period_two, median_convergence, tail)
 ROWS_POLICY = (a1_fewer_loops, a1_matches_quality, a1_below_baseline, a1_saves_compute,
-               a1_saves_counted, a2_saves_nothing)
+               a1_saves_counted, a2_saves_nothing, a1_beats_a2, a1_curve)
 # every row is named by its judge's name (its id's middle), kept where it is not shown
 
 

@@ -34,6 +34,8 @@ class ClaimsConfig(Section):
     a2_share: float = 0.95  # A2 saves nothing: at least this share of R's loops
     noninferiority_nats: float = 0.01  # A1 matches depth R: CE - CE(R) at most this
     a1_band: float = 0.0625  # A1's magnitude: mean loops / R within this of the paper's 4.94 / 8
+    low_depth: float = 0.5  # paper B's "low depths": mean loops at most this x R
+    mean_range: float = 0.75  # paper B's "mean depth range": mean loops at least this x R
     floor_decades: float = 1.0  # Lemma 1 check: the normed fraction within this of its floor
     contrast_decades: float = 2.0  # Lemma 1 check: the raw fraction this above the normed
     late_window: float = 1.0  # the late window judged: the last this x R loops (3R..4R)
@@ -49,7 +51,7 @@ class ClaimsConfig(Section):
                      "flat_nats", "tail_floor", "median_band", "noninferiority_nats", "a1_band",
                      "floor_decades", "contrast_decades"):
             require(name, getattr(self, name) > 0, "> 0")
-        for name in ("gain_share", "regime", "a2_share"):
+        for name in ("gain_share", "regime", "a2_share", "low_depth", "mean_range"):
             require(name, 0 < getattr(self, name) < 1, "in (0, 1)")
         for name in ("tail_factor", "tail_band", "kl_factor"):
             require(name, getattr(self, name) > 1, "> 1 (a factor)")

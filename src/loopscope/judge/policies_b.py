@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from loopscope.judge.backbone import FINDINGS, Backbone
+from loopscope.judge.backbone import FINDINGS, RESULTS, Backbone
 from loopscope.judge.metrics_b import threshold_text
 from loopscope.judge.verdicts import (
     Claim,
@@ -21,12 +21,14 @@ from loopscope.judge.verdicts import (
     claim,
     extension,
     inside,
+    negligible,
     not_shown,
 )
 from loopscope.stats.intervals import Interval
 
 PAPER_A1 = 4.94 / 8  # A1's mean loops at R = 8, as a share of R (-38%)
 PAPER_A2 = 7.99 / 8  # A2's mean loops at R = 8, as a share of R
+PAPER_A1_A2 = PAPER_A1 - PAPER_A2  # A1's mean loops minus A2's, as a share of R
 
 
 UNMATCHED = "no setting matched depth R's quality on the choose windows: nothing measured"
@@ -167,3 +169,74 @@ def a2_saves_nothing(b: Backbone) -> Claim:
         quality = b.test("CE - CE(R)", q["delta_ce"], at_most, m, unit="nats").verdict()
         row.direction = "contradicted" if quality == "holds" else "inconclusive"
     return row
+
+
+def a1_beats_a2(b: Backbone) -> Claim:
+    """Paper B: reading convergence beats learning to predict it. A1 (no training) and
+    A2 (a probe trained on oracle labels), each at the setting matching depth R's
+    quality, on the same report tokens: A1's mean loops minus A2's, as a share of R,
+    below 0, and as a magnitude within a1_band of the paper's (4.94 - 7.99) / 8. Each
+    seed runs its own chosen setting of each rule (paired per token)."""
+    band = b.p.a1_band
+    lo, hi = PAPER_A1_A2 - band, PAPER_A1_A2 + band
+    text = f"Reading convergence beats learning it: A1 runs fewer loops than A2 [{b.name}]"
+    paper = "4.94 against 7.99 mean loops at R = 8"
+    crit = (f"(A1's mean loops - A2's) / R < 0 at their settings matching depth R's quality, "
+            f"paired on the report tokens, {b.depth} (interval); magnitude: inside "
+            f"[{lo:.3g}, {hi:.3g}], the paper's {PAPER_A1_A2:.3g} +- {band:g} (interval)")
+    src = (f"{FINDINGS}: 'reading the model's state dynamics directly beats learning to "
+           "predict them'")
+    pol = b.pol or {}
+    if "kl" not in pol or "probe" not in pol:
+        return replace(not_shown(text, paper, crit, "A1 or A2 was not swept on this "
+                                 "backbone"), key="a1_beats_a2", source=src)
+    q = pol["kl"].get("vs_probe")
+    if q is None:
+        return replace(Claim(text, paper, crit, "A1 or A2 matched no setting on some seed: "
+                             "nothing measured", "inconclusive"), key="a1_beats_a2",
+                       source=src)
+    value = (f"A1 - A2: {Interval.of(q['loops_diff'])} mean loops "
+             f"({Interval.of(q['loops_diff_ratio'])} of R); CE {Interval.of(q['ce_diff'])}"
+             f" nats; A1 {pol['kl']['mean_loops']:.2f}, A2 {pol['probe']['mean_loops']:.2f}"
+             " mean loops")
+    return claim(text, paper, crit, value,
+                 [b.test("(A1 - A2 mean loops) / R", q["loops_diff_ratio"], below, 0.0,
+                         unit="share of R")],
+                 [b.test("(A1 - A2 mean loops) / R", q["loops_diff_ratio"], inside, lo, hi,
+                         unit="share of R", paper=PAPER_A1_A2)], key="a1_beats_a2",
+                 source=src)
+
+
+def a1_curve(b: Backbone) -> Claim:
+    """Paper B: A1 beats uniform depth at low depths and equals it in the mean depth
+    range. One statistic along A1's whole quality-compute curve: at each swept setting,
+    its CE minus uniform depth's at the same mean loops (the uniform curve interpolated
+    between depths; the policies stage's `kl_curve`), on the report windows. Below 0 at
+    every setting of at most low_depth x R mean loops; within +-margin_nats at every
+    setting of at least mean_range x R (the family-wise rule over all of them)."""
+    low, mid, m = b.p.low_depth, b.p.mean_range, b.p.margin_nats
+    text = f"A1 beats uniform depth at low depth and equals it near the mean depth [{b.name}]"
+    paper = "better at low depths, equal in the mean depth range"
+    crit = (f"CE - uniform depth's CE at equal mean loops (report windows, intervals): "
+            f"< 0 at every A1 setting of at most {low:g} R mean loops; inside +-{m:g} nats "
+            f"at every setting of at least {mid:g} R, {b.depth}")
+    src = (f"{RESULTS} (its summary, translated): A1 'outperforms the uniform baseline at "
+           "low depths and matches it in the mean-depth range'")
+    curve = (b.pol or {}).get("kl_curve")
+    if curve is None:
+        return replace(not_shown(text, paper, crit, "A1's curve was not measured on this "
+                                 "backbone"), key="a1_curve", source=src)
+    of = "CE - uniform depth's at equal mean loops"
+    lows = [e for e in curve if e["mean_loops"] <= low * b.r]
+    mids = [e for e in curve if e["mean_loops"] >= mid * b.r]
+    if not lows or not mids:
+        return replace(Claim(text, paper, crit, "no swept A1 setting at "
+                             + ("low depth" if not lows else "the mean depth range"),
+                             "inconclusive"), key="a1_curve", source=src)
+    tests = ([b.test(f"{of}, {e['mean_loops']:.2f} loops", e["delta_ce_uniform"], below,
+                     0.0, unit="nats", of=of) for e in lows]
+             + [b.test(f"{of}, {e['mean_loops']:.2f} loops", e["delta_ce_uniform"],
+                       negligible, m, unit="nats", of=of) for e in mids])
+    value = "; ".join(f"{e['mean_loops']:.2f} loops: {Interval.of(e['delta_ce_uniform'])}"
+                      for e in (*lows, *mids))
+    return claim(text, paper, crit, value, tests, key="a1_curve", source=src)

@@ -72,9 +72,8 @@ class ExitControl:
               logits: torch.Tensor | None) -> torch.Tensor:
         """Ask the policy about tokens (flat indices) after loops (one loop, or one per
         token), with their states and logits. Tokens that already exited may be among
-        them (the masked forward asks about every token, as its policy state expects);
-        only the active ones count the check or can exit. Returns the flat indices of
-        the tokens that exit now."""
+        them; only the active ones count the check or can exit. Returns the flat indices
+        of the tokens that exit now."""
         if isinstance(loops, int):
             loops = torch.full_like(tokens, loops)
         active = self.active.view(-1)[tokens]

@@ -6,7 +6,8 @@ Exit semantics, used by every policy and matched by the fast runtime
 - at later loops the other tokens' attention sees, in each core block, the keys and
   values the exited token computed at loop i (Huginn's "latest" reuse);
 - an exit check at loop i reads the coda and head over every token's current state
-  (an exited token's current state is its exit state);
+  (an exited token's current state is its exit state), and asks the policy about the
+  tokens still active;
 - the final output runs the coda and the readout once over every token's exit state.
 
 `masked_forward` computes every token at every loop and applies the exits by masking,
@@ -120,10 +121,14 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
         now["h"] = torch.where(active[..., None], new, h)
 
     def checked() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        # every token, as the policies' state expects; the control counts the active
-        h = now["h"]
-        logits = model.read(h, last=True).flatten(0, 1) if control.needs_logits else None
-        return tokens, h.flatten(0, 1), logits
+        # the coda and head read every token (the coda's attention sees them all); the
+        # policy is asked about the active ones alone, as the runtime asks: an exited
+        # token cannot exit again, and every rule's state is per token, so this is the
+        # every-token answer for the tokens that count, bit for bit, at less cost
+        h, rows = now["h"], tokens[control.active.view(-1)]
+        logits = (model.read(h, last=True).flatten(0, 1)[rows] if control.needs_logits
+                  else None)
+        return rows, h.flatten(0, 1)[rows], logits
 
     run(control, advance, checked)
     h = now["h"]

@@ -198,6 +198,8 @@ def _own_choice(sweeps: list[Sweep], seeds: list[dict[str, Any]], match: float,
         out[rule] = {**metrics[rule], "threshold": ts[0], "chosen": "each seed's own",
                      "thresholds": {f"seed{w.seed}": t for w, t in zip(sweeps, ts, strict=True)},
                      "at_grid_edge": any(m[rule]["at_grid_edge"] for m in seeds)}
+        if rule == "kl" and "probe" not in own:  # A2 not on each seed's own choice
+            out[rule].pop("vs_probe", None)
     return out
 
 
@@ -270,17 +272,50 @@ class _Report:
                 "flops_ratio_baseline_unchecked_iv": iv(bare / self.baseline.flops).to_dict()}
 
 
-def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome], target: float,
-                  margin: float, rep: _Report, baseline_depth: int) -> dict[str, Any]:
-    """One rule's metrics: the setting with the fewest mean loops within `margin` of
-    depth R's CE (target) on `choose`, measured on `report`, beside its defaults; where
-    the seeds' own choices are pooled (a setting at OWN), that setting."""
+    def curve(self, report: list[Outcome], uniform: list[Outcome]) -> list[dict[str, Any]]:
+        """A rule's quality-compute curve against uniform depth's (paper B's A1 figure):
+        at each setting on `report` whose tokens do not all stop at one loop, CE minus
+        uniform depth's CE at the same mean loops (the uniform curve interpolated
+        linearly between the two depths around it, per token: a mix of those depths
+        runs those mean loops), with its interval."""
+        out = []
+        for o in sorted((o for o in report if o.threshold != OWN), key=lambda o: o.mean_loops):
+            if np.all(o.loops == o.loops.flat[0]):
+                continue  # every token at one depth: uniform depth itself
+            k = min(int(o.mean_loops), len(uniform) - 1)
+            w = min(o.mean_loops - k, 1.0)
+            mix = (1 - w) * uniform[k - 1].ce + w * uniform[k].ce
+            out.append({"threshold": o.threshold, "mean_loops": o.mean_loops,
+                        "delta_ce_uniform": self.interval(o.ce - mix)})
+        return out
+
+    def paired(self, a: Outcome, b: Outcome) -> dict[str, Any]:
+        """Two policies' chosen settings on the same `report` tokens, paired: a's mean
+        loops minus b's (and as a share of R) and a's CE minus b's, with intervals."""
+        diff = (a.loops - b.loops).astype(np.float64)
+        return {"loops_diff": self.interval(diff),
+                "loops_diff_ratio": self.interval(diff / self.base.threshold),
+                "ce_diff": self.interval(a.ce - b.ce)}
+
+
+def _chosen(choose: list[Outcome], target: float, margin: float) -> Outcome | None:
+    """A rule's setting on `choose`: the one with the fewest mean loops within `margin`
+    of depth R's CE (target); where the seeds' own choices are pooled (a setting at
+    OWN), that one. None: nothing matched."""
     own = [o for o in choose if o.threshold == OWN]
-    choose = [o for o in choose if o.threshold != OWN]
-    chosen = own[0] if own else matched(choose, target, margin)
+    return own[0] if own else matched([o for o in choose if o.threshold != OWN], target,
+                                      margin)
+
+
+def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome],
+                  chosen: Outcome | None, rep: _Report, baseline_depth: int
+                  ) -> dict[str, Any]:
+    """One rule's metrics at its chosen setting (_chosen), measured on `report`, beside
+    its defaults."""
     if chosen is None:
         return {"matched": False}
     got = _at(report, chosen.threshold)
+    swept = [o for o in choose if o.threshold != OWN]
     defaults = [rep.measured(_at(report, d)) for d in rule_defaults(rule)]
     return {
         "matched": True, **rep.measured(got),
@@ -289,7 +324,7 @@ def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome], targe
         "loops_ratio_baseline": got.mean_loops / baseline_depth,
         "default": defaults[0], "defaults": defaults,
         # the grid's most aggressive setting matched: the grid may stop too early
-        "at_grid_edge": chosen is min(choose, key=lambda o: (o.mean_loops, o.flops)),
+        "at_grid_edge": chosen is min(swept, key=lambda o: (o.mean_loops, o.flops)),
     }
 
 
@@ -320,10 +355,18 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
                     "matched_depth": m, "delta_ce": rep.delta(report_uniform[m - 1])},
         "baseline_depth": min(r, m),
     }
+    got: dict[str, Outcome] = {}
     for rule, group in outcomes["choose"].items():
         if rule != "uniform":
-            metrics[rule] = _rule_metrics(rule, group, outcomes["report"][rule],
-                                          base["choose"].mean_ce, choose, rep, min(r, m))
+            chosen = _chosen(group, base["choose"].mean_ce, choose)
+            report = outcomes["report"][rule]
+            metrics[rule] = _rule_metrics(rule, group, report, chosen, rep, min(r, m))
+            if chosen is not None:
+                got[rule] = _at(report, chosen.threshold)
+    if "kl" in outcomes["report"]:  # A1 against uniform depth along the whole curve
+        metrics["kl_curve"] = rep.curve(outcomes["report"]["kl"], report_uniform)
+    if "kl" in got and "probe" in got:  # A1 against A2, on the same tokens
+        metrics["kl"]["vs_probe"] = rep.paired(got["kl"], got["probe"])
     rows = [{"set": s, "rule": o.rule, "threshold": o.threshold, "mean_loops": o.mean_loops,
              "ce": o.mean_ce, "flops": o.flops, "flops_ratio": o.flops / base[s].flops,
              "default": is_default(o.rule, o.threshold)}

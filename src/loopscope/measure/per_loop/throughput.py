@@ -9,7 +9,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from loopscope.looped.interface import LoopedModel, h0_rows, run_loops
@@ -29,14 +28,16 @@ class Timed:
 
 @torch.no_grad()
 def throughput(jobs: dict[str, Timed], batch_size: int, rounds: int = 3
-               ) -> dict[str, dict[str, float]]:
-    """Inference tokens/s of every job at every depth k = 1..loops: {name: {"kK": v}}.
+               ) -> dict[str, dict[str, list[float]]]:
+    """Inference tokens/s of every job at every depth k = 1..loops, each round's:
+    {name: {"kK": [v, ...]}} (their median is the figure reported; their spread, the
+    timing noise a frontier read on throughput must survive).
 
     Every (job, depth) pass over its windows is timed once per round, in the same order
-    in every round, and the median over rounds is reported, so all cells are measured
-    under the same machine load, close together in time. (Timed in separate processes
-    at different moments, identical architectures spread over 36k-46k tokens/s.)
-    A timing: compare within one run, not across machines.
+    in every round, so all cells are measured under the same machine load, close
+    together in time. (Timed in separate processes at different moments, identical
+    architectures spread over 36k-46k tokens/s.) A timing: compare within one run, not
+    across machines.
     """
     def one_pass(job: Timed, loops: int, n: int) -> None:
         with job.autocast():
@@ -57,7 +58,7 @@ def throughput(jobs: dict[str, Timed], batch_size: int, rounds: int = 3
                 one_pass(job, loops, len(job.x))
                 _sync(job.x.device)
                 times.setdefault((name, loops), []).append(time.perf_counter() - start)
-    return {name: {f"k{k}": job.x.numel() / float(np.median(times[name, k]))
+    return {name: {f"k{k}": [job.x.numel() / t for t in times[name, k]]
                    for k in range(1, job.loops + 1)} for name, job in jobs.items()}
 
 
