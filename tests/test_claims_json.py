@@ -206,6 +206,9 @@ def test_the_audit_fails_on_a_planted_two_statistic_row_and_an_orphan_extension(
     # one statistic over several cells is one; a row not shown reads none and passes
     ok = claims_json([finding, claim_row("k_invariance", "not shown", reads=[])])
     assert claims.audit(ok) == []
+    # nor does one inconclusive with nothing measured (no A1 setting at low depth, say)
+    empty = claims_json([finding, claim_row("k_invariance", "inconclusive", reads=[])])
+    assert claims.audit(empty) == []
     orphan = claim_row("clamp_other", kind="extension", reads=["a", "b"])
     assert claims.audit(claims_json([finding, orphan])) == [
         "A.clamp_other.ours: an extension of no finding (extends None)"]
