@@ -7,8 +7,12 @@ convergence loop and A1's exit loop overall and by token type, saturation, each 
 its interval, and A1's exits capped at the maximum depth: the cross-analysis with
 paper A, whose best uniform depth is picked on the `choose` windows) and
 tables/convergence/<cell>.parquet (one row per token: its type, convergence loop, first
-loop below epsilon, cross-analysis exit loop, its CE at depth 1 and R). Intervals
-resample documents, pooled over the cell's seeds.
+loop below epsilon, cross-analysis exit loop, its CE at depth 1 and R, the settle-depth
+oracle's settle loops, plain and at policies.oracle_margin, and depth R's prediction:
+the policies stage reads them). For the cells of convergence.kv_reuse (and every outside
+model), the cost of final-loop key/value reuse at R and 2R
+(loopscope.measure.trajectory.reuse). Intervals resample documents, pooled over the
+cell's seeds.
 
 A position's token type (the `type` column and the statistics by type) is that of its
 target, the token it predicts, typed by the whole word it is part of in the text of
@@ -42,8 +46,8 @@ from loopscope.weights.data import load_tokenizer
 READS = ("convergence.depth_factor", "convergence.epsilon", "convergence.windows",
          "convergence.useful_share", "convergence.sensitivity_nats",
          "convergence.sensitivity_shares", "convergence.sensitivity_epsilons",
-         "convergence.bootstrap", "convergence.batch_size",
-         "policies.cross_epsilon")
+         "convergence.bootstrap", "convergence.batch_size", "convergence.kv_reuse",
+         "policies.cross_epsilon", "policies.oracle_margin")
 
 
 def main(name: str) -> None:
@@ -52,11 +56,13 @@ def main(name: str) -> None:
     cfg = with_batch(cfg, batch_for(name, cfg.batch_size))
     outside_model = source_of(name) == "outside"
     tok = load_tokenizer(paths.outside_prepared(name) if outside_model else paths.PREPARED)
-    runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon)
+    kv_reuse = outside_model or name in cfg.kv_reuse
+    runs: list[RunConvergence] = map_runs(name, measure_run, tok, cfg, cross_epsilon, kv_reuse)
     for run in runs:
         print(f"convergence {name} seed{run.seed}: {run.describe()}", flush=True)
     metrics = cell_metrics(runs, cfg, cross_epsilon, name)
-    write_outputs("convergence", name, metrics, {"convergence": cell_table(runs, cfg.epsilon)})
+    table = cell_table(runs, cfg.epsilon, params.policies.oracle_margin)
+    write_outputs("convergence", name, metrics, {"convergence": table})
     print(f"convergence {name}: {headline(metrics)}")
 
 

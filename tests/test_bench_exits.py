@@ -145,3 +145,12 @@ def test_every_timed_rule_left_out_says_why():
         "latent-diff": "matched only by running every token to depth R",
         "cosine": "no setting matched depth R's quality",
         "latent-acceleration": "not swept"}
+
+
+def test_a_model_that_cannot_gather_is_recorded_not_timed():
+    """A layout whose blocks cannot run on a subset of a batch's tokens (Parcae's) gets
+    a record saying so, not a failure after the measuring stages ran."""
+    from loopscope.released.parcae import ParcaeLM
+    assert ParcaeLM.gathers is False and getattr(LoopedLM, "gathers", True)
+    line = headline({"cell": "p", "timed": False, "why": "ParcaeLM refuses subsets"})
+    assert line == "bench exits p: ParcaeLM refuses subsets"

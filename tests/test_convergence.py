@@ -65,7 +65,8 @@ def trajectory(rng, content_depth=3.0, punct_depth=2.0, step_up=0.0):
     change2 = change + np.vstack([np.full((1, n), np.nan), change[:-1]])  # monotone
     traj = Trajectory(ce=ce, kl=kl, change=change, angle=change.copy(),
                       argmax=np.zeros((d, n), np.int32), change2=change2,
-                      backward=np.zeros((d, n), bool))  # no update turns back
+                      backward=np.zeros((d, n), bool),  # no update turns back
+                      gap=np.ones((d, n), np.float32))
     types[:3] = -1  # special tokens are left out
     return traj, docs, types
 
@@ -285,7 +286,8 @@ def test_the_cell_table_has_one_row_per_token_run_by_run():
             for stat in ("floor", "floor_se", "backward", "kl_alternation")]
     assert list(table.columns) == ["seed", "doc", "parent", "token_id", "type",
                                    "convergence_loop", "first_below_loop", "exit_loop",
-                                   "ce_depth1", "ce_r", "change_last", *late]
+                                   "ce_depth1", "ce_r", "settle_loop", "settle_loop_margin",
+                                   "pred_r", "change_last", *late]
     assert (table["parent"] == table["doc"]).all()  # units are documents here
     assert table["seed"].tolist() == [1] * n + [2] * n
     second = table[n:]

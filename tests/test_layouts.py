@@ -157,7 +157,7 @@ def test_the_loader_names_the_file_and_parameter_that_do_not_fit(tmp_path):
 
 def test_the_registry_refuses_an_unknown_name_and_a_second_layout_of_one_name():
     with pytest.raises(ParamsError, match="'outside.m.adapter' is 'tyo': no such layout; "
-                                          "the known ones are huginn, ouro, toy"):
+                                          "the known ones are huginn, ouro, parcae, toy"):
         layout("tyo", "outside.m.adapter")
     with pytest.raises(ValueError, match="'toy' is registered already"):
         register("toy", config=ToyConfig, eos="<eos>", title="x")(type("Other", (), {}))

@@ -48,10 +48,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from loopscope.base.errors import CheckpointError
+from loopscope.base.errors import CheckpointError, ParamsError
 from loopscope.looped.interface import LoopedModel, run_loops
 from loopscope.measure.exit_rules.exits import ExitScore, make
-from loopscope.measure.exit_rules.masked import masked_forward
+from loopscope.measure.exit_rules.masked import evaluate, masked_forward
 from loopscope.measure.exit_rules.policies import sweep_settings
 from loopscope.measure.per_loop.sweep import float64_reader, measure, radial_cosines, summarize
 from loopscope.preflight import memory
@@ -269,6 +269,25 @@ def test_the_exit_score_rule_at_one_minus_q_is_the_published_exit_at_threshold_q
 
 
 @torch.no_grad()
+def test_the_published_exit_mode_is_the_published_forward_and_ours_is_not():
+    """The masked forward in the published exit mode (freeze=False: every token loops to
+    the cap, its output read at its exit loop) gives the published forward's logits at
+    every q; ours freezes an exited token's state, keys and values, so later tokens
+    attend to other states and some logits move."""
+    model, ref = reference()
+    idx = torch.from_numpy(ref["tokens"])
+    moved = 0
+    for q, published in zip(ref["exit_thresholds"], ref["exit_logits"], strict=True):
+        policy = make("exit-score", 1.0 - float(q), score=model.exit_score)
+        run = masked_forward(model, idx, policy, cap=4, freeze=False)
+        torch.testing.assert_close(run.logits, torch.from_numpy(published), **TOL)
+        ours = masked_forward(model, idx, policy, cap=4)
+        moved += int((~torch.isclose(ours.logits, run.logits, rtol=1e-5, atol=1e-5))
+                     .any(-1).sum())
+    assert moved > 0
+
+
+@torch.no_grad()
 def test_the_exit_score_rule_exits_tokens_in_the_masked_forward_and_the_policy_sweep():
     model, ref = reference()
     idx = torch.from_numpy(ref["tokens"])
@@ -425,3 +444,30 @@ def test_ouro_is_an_outside_adapter():
     shape = memory.outside_shape(cfg, outside.sizing(cfg), 4)
     assert (shape.params, shape.loops, shape.context, shape.readout_blocks) == (
         sum(p.numel() for p in model.parameters()), 4, 32, 0)
+
+
+def test_the_exit_mode_is_the_layouts_to_offer():
+    """Ouro publishes its own exit semantics; Huginn's layout has ours alone, and asking
+    it for another fails at configure, naming the key."""
+    ouro = outside.resolve(OutsideConfig("m", "ouro", str(TINY), exit_mode="published"))
+    assert ouro.exit_mode == "published"
+    huginn = Path(__file__).parent / "fixtures" / "huginn_tiny"
+    with pytest.raises(ParamsError, match="outside.m.exit_mode"):
+        outside.resolve(OutsideConfig("m", "huginn", str(huginn), exit_mode="published"))
+
+
+@torch.no_grad()
+def test_the_published_mode_sweep_gives_each_setting_its_own_run():
+    """In the published mode no run depends on its policy, so the sweep replays every
+    loop of the never-exiting run: each setting's result is its own masked forward's."""
+    model, ref = reference()
+    idx = torch.from_numpy(ref["tokens"])
+    x, y = idx[:, :-1], idx[:, 1:]
+    grids = {"exit-score": [0.0, 0.2, 0.5, 0.7]}
+    swept = sweep_settings(model, x, y, None, 4, 2, grids, 1, 1, freeze=False)
+    for t in grids["exit-score"]:
+        own = evaluate(model, x, y, None, make("exit-score", t, score=model.exit_score), 4, 2,
+                       freeze=False)
+        for field in ("ce", "exit_loop", "checks", "pred"):
+            np.testing.assert_array_equal(getattr(swept[("exit-score", t)], field),
+                                          getattr(own, field))

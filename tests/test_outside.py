@@ -65,7 +65,7 @@ def test_a_bad_outside_entry_fails_naming_the_key(spec, name, message):
 
 def test_an_unknown_adapter_fails_at_configure_naming_the_key_and_the_layouts():
     with pytest.raises(ParamsError, match="'outside.m.adapter' is 'hugin': no such layout; "
-                                          "the known ones are huginn, ouro"):
+                                          "the known ones are huginn, ouro, parcae"):
         outside.resolve(OutsideConfig("m", "hugin", str(TINY)))
 
 

@@ -4,6 +4,7 @@ time estimates with their CPU calibration (the probe, the step efficiency)."""
 import copy
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,8 @@ import yaml
 from loopscope.base.timings import TRAINING, cpu_model
 from loopscope.measure.exit_rules.rules import TIMED
 from loopscope.measure.per_loop import clamp
-from loopscope.params import load_params
-from loopscope.tools import flops, plan_outside, probe
+from loopscope.params import Params, load_params, parse_params
+from loopscope.tools import budget, flops, plan_outside, probe
 from loopscope.tools import plan as plan_module
 from loopscope.tools.plan import (
     REPORT_SECONDS,
@@ -450,3 +451,146 @@ def test_help_describes_the_tool_in_whole_sentences(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert out.startswith("usage: python -m loopscope.tools.plan")
     assert "what training and measuring its cells would cost, without training." in out
+
+
+# ------------------------------------------------------- --budget-hours (tools.budget)
+
+TINY = ROOT / "tests" / "fixtures" / "huginn_tiny"
+SLOW = 1e-6  # TFLOP/s: 1 MFLOP/s, so the tiny Huginn's stages take hours and a budget binds
+
+
+def with_tiny_outside(path: Path | None = None) -> Params:
+    """The shipped params with the tiny Huginn fixture as an outside model (written to
+    path too, where given)."""
+    raw = {**copy.deepcopy(BASE), "outside": {"huginn_tiny": {"adapter": "huginn",
+                                                              "path": str(TINY)}}}
+    if path is not None:
+        path.write_text(yaml.safe_dump(raw))
+    return parse_params(raw)
+
+
+def fitted_at(params: Params, hours: float, root: Path) -> dict:
+    planned = plan_outside.plan_outside(params, "cuda", SLOW)
+    return budget.fit_all(params, planned, hours, root)["huginn_tiny"]
+
+
+def priced(params: Params, values: dict[str, int]) -> float:
+    """The hours plan itself prices these sizes at (plan_outside.plan_one)."""
+    chosen = budget.with_values(params, values)
+    return plan_outside.plan_one(chosen, params.outside["huginn_tiny"], "cuda", SLOW,
+                                 None)["measure_hours"]
+
+
+def test_the_budget_chooses_sizes_that_fit_it_and_spends_it(tmp_path):
+    """No committed metrics under tmp_path: the floors are the units' own (30 windows a
+    set, 10 spread windows), depth factor 3, the sweep to R."""
+    params = with_tiny_outside()
+    full = fitted_at(params, 1e9, tmp_path)
+    floor_hours = fitted_at(params, 0.0, tmp_path)["hours"]
+    assert full["moves"] == [] and full["chosen"] == budget.values_of(params)
+    hours = (full["hours"] + floor_hours) / 2  # binds, and the floors fit it
+    got = fitted_at(params, hours, tmp_path)
+    assert got["fits"] and got["moves"]
+    assert priced(params, got["chosen"]) == pytest.approx(got["hours"])
+    assert got["hours"] <= hours < full["hours"]
+    floors = {k: v for k, (v, _) in got["floors"].items()}
+    assert floors == {"convergence.windows": 30, "diagnose.val_sequences": 10,
+                      "extract.val_sequences": 10, "convergence.depth_factor": 3,
+                      "diagnose.sweep_depth": 4}
+    assert all(got["chosen"][k] >= floors[k] for k in budget.KEYS)
+    key = got["moves"][-1][0]  # raised back as far as it fits: one more would not
+    assert priced(params, {**got["chosen"], key: got["chosen"][key] + 1}) > hours
+    lines = budget.budget_lines({"huginn_tiny": got})
+    assert "outside huginn_tiny: fits: " in lines[1]
+    assert any("params.yaml fragment (shared keys" in line for line in lines)
+
+
+def test_a_budget_below_the_floors_is_reported_not_clipped(tmp_path):
+    params = with_tiny_outside()
+    got = fitted_at(params, 1e-3, tmp_path)
+    start = budget.values_of(params)
+    assert got["fits"] is False and got["hours"] > 1e-3
+    assert got["chosen"] == {k: min(v, start[k]) for k, (v, _) in got["floors"].items()}
+    assert got["hours"] == pytest.approx(priced(params, got["chosen"]))
+    text = "\n".join(budget.budget_lines({"huginn_tiny": got}))
+    assert "does not fit 0.001 h: even at the floors it prices" in text
+    assert f"the floors need --budget-hours {math.ceil(got['hours'] * 100) / 100:.2f}" in text
+    assert "params.yaml fragment" not in text
+
+
+def test_the_floors_and_widths_follow_the_reference_run():
+    """At 52 units per 96 windows a set, 30 units need 56 windows; at 40 units per 128
+    spread windows, 10 need 32; the widths grow as sqrt(windows then / windows now)."""
+    ref = budget.Reference("backbone", "seed42", {budget.SETS: 96, budget.SPREAD: 128},
+                           {budget.SETS: 52, budget.SPREAD: 40},
+                           {name: 0.04 for name, *_ in budget.INTERVALS})
+    floors = budget.floors(32, ref)
+    assert floors[budget.SETS][0] == 56 and floors[budget.SPREAD][0] == 32
+    assert floors["extract.val_sequences"][0] == 32
+    assert floors["diagnose.sweep_depth"][0] == 32
+    rows = budget.buys(ref, {budget.SETS: 24, budget.SPREAD: 128})
+    sets = [r for r in rows if r["key"] == budget.SETS]
+    assert sets and all(r["width"] == pytest.approx(0.08) and r["units"] == 13 for r in sets)
+    assert all(r["width"] == pytest.approx(0.04) for r in rows if r["key"] == budget.SPREAD)
+
+
+def test_search_never_passes_a_floor_nor_raises_a_key():
+    cost = {"a": 3.0, "b": 1.0}
+
+    def price(values: dict[str, int]) -> float:
+        return sum(cost[k] * v for k, v in values.items())
+
+    values, moves = budget.search(price, {"a": 64, "b": 64}, {"a": 10, "b": 100}, 50.0)
+    assert values["b"] == 64 and values["a"] == 10 and price(values) > 50  # at its floor
+    assert moves and all(k == "a" for k, _, _ in moves)
+    values, moves = budget.search(price, {"a": 64, "b": 64}, {"a": 1, "b": 1}, 200.0)
+    assert price(values) <= 200 < price({**values, moves[-1][0]: values[moves[-1][0]] + 1})
+
+
+def test_the_reference_of_a_one_run_backbone_is_its_pooled_intervals(tmp_path):
+    """A backbone of one seed writes no per-run intervals: its own are that run's."""
+    iv = {"value": 0.1, "lo": 0.05, "hi": 0.15, "units": 13}
+    files = {"convergence": {"tokens": 96 * 128, "units": 48,
+                             "convergence": {"share_after_r": iv}},
+             "diagnose": {"val_tokens": 128 * 128, "units": 40},
+             "clamp": {m: {"delta_ce_last": iv} for m in ("remove_radial", "freeze_loop1")},
+             "policies": {"kl": {"loops_ratio_iv": iv}}}
+    for kind, found in files.items():
+        (tmp_path / "metrics" / kind).mkdir(parents=True)
+        (tmp_path / "metrics" / kind / "backbone.json").write_text(json.dumps(found))
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "backbone.json").write_text(json.dumps({"model": {"context": 128}}))
+    ref = budget.reference(load_params(ROOT / "params.yaml"), tmp_path)
+    assert ref is not None and ref.cell == "backbone" and ref.run == "(its one run)"
+    assert ref.windows == {budget.SETS: 96, budget.SPREAD: 128}
+    assert ref.units == {budget.SETS: 48, budget.SPREAD: 40}
+    assert all(w == pytest.approx(0.1) for w in ref.widths.values())
+    assert budget.floors(8, ref)[budget.SETS][0] == 60  # 30 units at 2 windows a unit
+
+
+@pytest.mark.committed
+def test_the_committed_run_is_the_budget_s_reference():
+    ref = budget.reference(load_params(ROOT / "params.yaml"), ROOT)
+    assert ref is not None and ref.cell == "backbone"
+    assert ref.units[budget.SETS] >= 30 and all(w > 0 for w in ref.widths.values())
+
+
+def test_budget_hours_prints_the_sizes_and_writes_the_params(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with_tiny_outside(tmp_path / "params.yaml")
+    main(["params.yaml", "--device", "cuda", "--budget-hours", "1"])
+    out = capsys.readouterr().out
+    assert out.startswith("budget: 1 h for each outside model's stages at an assumed 50")
+    assert "outside huginn_tiny: fits: " in out and "nothing lowered" in out
+    full = fitted_at(load_params("params.yaml"), 1e9, tmp_path)["hours"]
+    hours = f"{full / 2:.6f}"
+    main(["params.yaml", "--device", "cuda", "--tflops", str(SLOW), "--budget-hours", hours,
+          "--write", "small.yaml"])
+    assert "written: small.yaml" in capsys.readouterr().out
+    small = load_params("small.yaml")
+    assert priced(small, budget.values_of(small)) <= float(hours)
+    main(["params.yaml", "--tflops", str(SLOW), "--budget-hours", "0.001", "--write", "x.yaml"])
+    assert "not written: x.yaml" in capsys.readouterr().out and not Path("x.yaml").exists()
+    for wrong in (["--write", "y.yaml"], ["--budget-hours", "1", "--write", "params.yaml"]):
+        with pytest.raises(SystemExit):  # no budget; the source itself (its comments)
+            main(["params.yaml", *wrong])

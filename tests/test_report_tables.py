@@ -278,7 +278,8 @@ def test_headline_rows_lead_with_their_cell_group(paper_a):
 
 ALLOWED_IMPORTS = {"IPython.display", "matplotlib.pyplot", "seaborn", "loopscope.render"}
 ALLOWED_MODULES = {"loopscope.render." + m for m in ("report_tables", "tables_a", "tables_b",
-                                                     "figures", "figures_a", "figures_b")}
+                                                     "tables_field", "figures", "figures_a",
+                                                     "figures_b")}
 DISPLAY_METHODS = {"format", "hide", "to_html", "set_caption"}  # a table's presentation
 BUILTINS = {"display", "Markdown", "HTML", "len"}
 

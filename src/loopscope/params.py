@@ -109,18 +109,21 @@ def load_params(path: str | Path = PARAMS) -> Params:
 
 
 def check_policy_cells(params: Any) -> None:
-    """policies.cells and bench.cell name cells (dvc.yaml builds stages from them), and
+    """policies.cells, bench.cell and convergence.kv_reuse name cells (dvc.yaml builds
+    stages from the first two), and
     every count rule's grid reaches each policy cell's depth R (its conservative end).
     params: the whole file (loopscope.params.Params)."""
     if not params.policies.cells:
         raise ParamsError("'policies.cells' is empty; name at least one cell whose depth "
                           "policies are swept (paper B's backbone, or a paper A cell).")
     for key, names, allowed in (("policies.cells", params.policies.cells, params.cells),
-                                ("bench.cell", [params.bench.cell], params.policies.cells)):
+                                ("bench.cell", [params.bench.cell], params.policies.cells),
+                                ("convergence.kv_reuse", params.convergence.kv_reuse,
+                                 params.cells)):
         for name in names:
             if name not in allowed:
                 hint = difflib.get_close_matches(name, list(allowed), n=1)
-                where = "a cell" if key == "policies.cells" else "one of policies.cells"
+                where = "one of policies.cells" if key == "bench.cell" else "a cell"
                 raise ParamsError(f"'{key}' names '{name}', which is not {where}."
                                   + (f" Did you mean '{hint[0]}'?" if hint else "")
                                   + f" Allowed: {', '.join(allowed)}.")

@@ -15,7 +15,10 @@ runtime use these and nothing else, so a model of another family, wrapped to thi
 interface, gets every one of those measurements (docs/architecture.md shows a wrapper;
 tests/test_interface.py runs one with grouped-query heads, a random H_0, a
 loop-dependent core and a native exit score; loopscope.released.huginn implements it for
-Huginn's released layout).
+Huginn's released layout). A model whose blocks cannot run on a subset of a batch's
+tokens (Parcae's value embeddings read token ids the interface does not pass) sets an
+optional class attribute `gathers = False`; the exit benchmark then records "not timed"
+instead of failing after the measuring stages have run.
 
 The attention override (KV) contract. A model that takes `kvs` calls, in core block i,
 kvs[i](q, k, v) -> y in place of its own attention, with

@@ -71,6 +71,9 @@ class ConvergenceConfig(Section):
     sensitivity_epsilons: list[float] = _list(5e-4, 1e-3, 2e-3)
     bootstrap: int = 1000  # resamples of documents behind every interval
     batch_size: int = 16
+    # the cells whose final-loop key/value reuse is measured at R and 2R (an outside
+    # model's always is): loopscope.measure.trajectory.reuse
+    kv_reuse: list[str] = _list()
 
     def check(self, require: Require) -> None:
         require("depth_factor", self.depth_factor >= 1, ">= 1")
@@ -107,6 +110,9 @@ class PoliciesConfig(Section):
     first: int = 1  # first loop with a check
     every: int = 1  # loops between checks
     cross_epsilon: float = 1e-3  # A1 on every cell, capped at depth_factor x R
+    # the settle-depth oracle's margin version: the prediction also leads the runner-up
+    # by this many nats (top-1 minus top-2 log-probability) from its settle loop on
+    oracle_margin: float = 1.0
     batch_size: int = 16
 
     def check(self, require: Require) -> None:
@@ -115,6 +121,7 @@ class PoliciesConfig(Section):
         for name in ("first", "every", "batch_size"):
             require(name, getattr(self, name) >= 1, ">= 1")
         require("cross_epsilon", self.cross_epsilon > 0, "> 0")
+        require("oracle_margin", self.oracle_margin >= 0, ">= 0")
         for rule in self.first_seed_only:  # one not in grids is not swept at all
             require("first_seed_only", rule not in SEEDED_RULES,
                     f"rules other than {', '.join(SEEDED_RULES)}, which the counted rows "

@@ -234,6 +234,14 @@ def batch_for(name: str, batch_size: int) -> int:
     return load_outside(paths.config_file(name)).batch_size or batch_size
 
 
+def exit_mode(name: str) -> str:
+    """The exit semantics name's policies run under: "frozen" (ours) for a trained cell,
+    an outside model's outside.<name>.exit_mode (masked.masked_forward's freeze)."""
+    if source_of(name) != "outside":
+        return "frozen"
+    return load_outside(paths.config_file(name)).exit_mode
+
+
 def with_batch(section: Any, batch_size: int) -> Any:
     """A copy of a params section (ConvergenceConfig, PoliciesConfig) whose batch_size
     is batch_size (batch_for), its other keys as they were."""

@@ -17,7 +17,9 @@ loop, against the published implementation at tiny configurations
 - attention: one fused projection Wqkv of (n_heads + 2 n_kv_heads) head_dim outputs, a
   learned bias on the queries' and keys' heads (qk_bias, added before the rotary
   embedding), the rotary embedding on interleaved pairs of channels (2i, 2i + 1) at the
-  tokens' positions (base rope_base, in float32), causal scaled dot-product attention;
+  tokens' positions (base rope_base, in float32; a checkpoint's saved table, where it
+  holds one, as the published model computes with it: after_load), causal scaled
+  dot-product attention;
   Huginn's query and key bias are per head, so its keys have as many heads as its
   queries (no grouped-query heads; a config saying otherwise is refused);
 - the MLP is SiLU-gated: fc gives [gate, up] (2 x intermediate_size), proj maps back;
@@ -47,7 +49,7 @@ from tokenizers import Tokenizer
 
 from loopscope.base.errors import CheckpointError
 from loopscope.looped.types import KV, Cost, Spec, Specified
-from loopscope.released.layouts import Files, register
+from loopscope.released.layouts import Files, checked_positions, register
 
 ROTARY_TABLE = "freqs_cis"  # the published model's rotary table, saved with its weights
 TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints also hold
@@ -183,8 +185,11 @@ class HuginnNorm(nn.Module):
 
 class Rotary(nn.Module):
     """The rotary embedding's cos and sin per position (context, head_dim / 2), float32.
-    Not a parameter and not saved (the published model saves its table as freqs_cis;
-    the loader checks that one against this: after_load)."""
+    Not a parameter and not saved. Built exact (table) on construction and by rebuild;
+    where a checkpoint holds the published model's saved table (freqs_cis), after_load
+    checks it against the exact one and then computes with the saved values (use), as
+    the published model does: a bf16-saved table moves the logits by about 1e-3
+    relative, far beyond float32 agreement (tests/test_huginn.py)."""
 
     def __init__(self, head_dim: int, context: int, base: float) -> None:
         super().__init__()
@@ -201,8 +206,21 @@ class Rotary(nn.Module):
         return torch.cos(angles), torch.sin(angles)
 
     def rebuild(self, device: torch.device | str) -> None:
-        """Recompute the table on a device (after building the model on the meta device)."""
+        """Recompute the exact table on a device (after building the model on the meta
+        device); this drops a saved table taken by `use`."""
         self.cos, self.sin = self.table(device)
+
+    def use(self, saved: torch.Tensor) -> None:
+        """Compute with a saved table (1, context, 1, head_dim / 2, [cos, sin]) of any
+        float dtype instead of the exact one: its values widened to float32, on the
+        device of the table it replaces (the model's, after rebuild). The published
+        model multiplies by its freqs_cis buffer as loaded: registered float32 (its
+        precompute is float32 whatever the default dtype), a checkpoint's table is cast
+        into it (to float32, so a bf16 table's rounded values, exactly), and its rotary
+        product promotes to float32 (apply_rotary_emb_complex_like), in a bf16 model as
+        in fp32."""
+        table = saved[0, :, 0].to(device=self.cos.device, dtype=torch.float32)
+        self.cos, self.sin = table[..., 0].contiguous(), table[..., 1].contiguous()
 
     def at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin at positions (T,) or (B, T), shaped to broadcast over heads:
@@ -320,9 +338,11 @@ def extras(cfg: HuginnConfig) -> dict[str, tuple[int, ...]]:
     return found
 
 
-def check_rotary(path: Path, rotary: Rotary) -> None:
+def check_rotary(path: Path, rotary: Rotary) -> torch.Tensor:
     """The published model saves its rotary table (1, T, 1, head_dim / 2, [cos, sin]):
-    it must be the one config.json's rope_base and block_size give."""
+    it must be the one config.json's rope_base and block_size give (to 2 eps of its
+    dtype: a bf16 table passes, a table of another base does not). Returns it as saved,
+    on the CPU, for Rotary.use."""
     with safe_open(str(path), framework="pt") as f:
         saved = f.get_tensor(ROTARY_TABLE)
     ours = torch.stack([rotary.cos, rotary.sin], dim=-1).cpu()
@@ -331,15 +351,21 @@ def check_rotary(path: Path, rotary: Rotary) -> None:
         raise CheckpointError(f"{path}: {ROTARY_TABLE} is not the rotary table of "
                               f"config.json's rope_base {rotary.base} and block_size "
                               f"{rotary.context}")
+    return saved
 
 
 def after_load(model: nn.Module, files: Files, device: torch.device | str) -> None:
-    """The rotary table built on the device, and the published model's saved one, where
-    the checkpoint holds it, checked against it (check_rotary)."""
+    """The rotary table built exact on the device; where the checkpoint holds the
+    published model's saved one, that one checked against it (check_rotary) and then
+    used in its place (Rotary.use): the published model computes with the table it
+    loads, so a checkpoint that saved it in bf16 gives the published model's logits
+    only with the saved values (about 1e-3 relative apart from the exact table's). A
+    checkpoint without the table keeps the exact one, as the published model's own
+    precomputed buffer is."""
     model.rotary.rebuild(device)
     table = files.get(ROTARY_TABLE)
     if table is not None:
-        check_rotary(table[0], model.rotary)
+        model.rotary.use(check_rotary(table[0], model.rotary))
 
 
 @register("huginn", config=HuginnConfig, eos="<|end_text|>", title="Huginn's",
@@ -399,13 +425,7 @@ class HuginnLM(Specified, nn.Module):
     # The interface's methods; positions (T,) or (B, T) default to 0 .. T - 1
     def _rope(self, t: int, positions: torch.Tensor | None, device: torch.device
               ) -> tuple[torch.Tensor, torch.Tensor]:
-        if positions is None:
-            if t > self.cfg.context:
-                raise ValueError(f"sequence length {t} exceeds the context {self.cfg.context}")
-            positions = torch.arange(t, device=device)
-        elif positions.shape[-1] != t:
-            raise ValueError(f"positions give {positions.shape[-1]} tokens, the input {t}")
-        return self.rotary.at(positions.to(device))
+        return self.rotary.at(checked_positions(t, positions, self.cfg.context, device))
 
     def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
                kvs: list[KV] | None = None) -> torch.Tensor:

@@ -16,7 +16,11 @@ interface (loopscope.looped.interface), which its model class implements:
 - `optional(cfg)`: tensors a checkpoint may hold beyond the parameters (name -> shape),
   accepted and not loaded as parameters;
 - `after_load(model, files, device)`: what the layout does once the weights are in (its
-  rotary tables are built on the device; Huginn's saved table is checked).
+  rotary tables are built on the device; Huginn's saved table is checked, then used);
+- `exit_modes`: the exit semantics its policies may run under (`outside.<name>.exit_mode`):
+  "frozen", ours (an exited token's state, keys and values stay those of its exit loop),
+  for every layout, and "published" where the model's own early exit runs every token
+  to the cap and reads each token's output at its exit loop (Ouro's).
 
 A third layout is one file that defines its model class under this decorator, and one
 import line in loopscope.released.outside (tests/test_layouts.py registers one written
@@ -60,6 +64,7 @@ class Layout:
     optional: Callable[[Any], Shapes] = field(default=no_extras)
     after_load: Callable[[nn.Module, Files, torch.device | str], None] = field(
         default=rebuild_rotary)
+    exit_modes: tuple[str, ...] = ("frozen",)
 
 
 LAYOUTS: dict[str, Layout] = {}
@@ -68,14 +73,16 @@ LAYOUTS: dict[str, Layout] = {}
 def register(name: str, *, config: Any, eos: str, title: str,
              optional: Callable[[Any], Shapes] = no_extras,
              after_load: Callable[[nn.Module, Files, torch.device | str], None]
-             = rebuild_rotary) -> Callable[[type], type]:
+             = rebuild_rotary, exit_modes: tuple[str, ...] = ("frozen",)
+             ) -> Callable[[type], type]:
     """A class decorator: the model class of layout `name` (module doc). A name
     registered twice is a ValueError: two layouts cannot answer to one adapter name."""
     def add(cls: type) -> type:
         if name in LAYOUTS and LAYOUTS[name].model is not cls:
             raise ValueError(f"layout {name!r} is registered already "
                              f"({LAYOUTS[name].model.__qualname__})")
-        LAYOUTS[name] = Layout(name, cls, config, eos, title, optional, after_load)
+        LAYOUTS[name] = Layout(name, cls, config, eos, title, optional, after_load,
+                               exit_modes)
         return cls
     return add
 
@@ -86,3 +93,17 @@ def layout(name: str, key: str = "adapter") -> Layout:
         raise ParamsError(f"'{key}' is {name!r}: no such layout; the known ones are "
                           f"{', '.join(sorted(LAYOUTS))} (docs/outside-models.md)")
     return LAYOUTS[name]
+
+
+def checked_positions(t: int, positions: torch.Tensor | None, context: int,
+                      device: torch.device | str) -> torch.Tensor:
+    """The positions of a call on T tokens, on the device: 0 .. T - 1 by default (refusing
+    T beyond the model's context), else the (T,) or (B, T) ones given (refusing another
+    length): what every layout's rotary embedding is read at."""
+    if positions is None:
+        if t > context:
+            raise ValueError(f"sequence length {t} exceeds the context {context}")
+        return torch.arange(t, device=device)
+    if positions.shape[-1] != t:
+        raise ValueError(f"positions give {positions.shape[-1]} tokens, the input {t}")
+    return positions.to(device)

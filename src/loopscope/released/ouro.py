@@ -52,7 +52,7 @@ from tokenizers import Tokenizer
 
 from loopscope.looped.types import KV, Cost, Spec, Specified
 from loopscope.released.huginn import widened
-from loopscope.released.layouts import register
+from loopscope.released.layouts import checked_positions, register
 
 TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints also hold
 
@@ -282,7 +282,8 @@ def extras(cfg: OuroConfig) -> dict[str, tuple[int, ...]]:
     return {TIED_HEAD: (cfg.vocab_size, cfg.d_model)} if cfg.tie_embeddings else {}
 
 
-@register("ouro", config=OuroConfig, eos="<|endoftext|>", title="Ouro's", optional=extras)
+@register("ouro", config=OuroConfig, eos="<|endoftext|>", title="Ouro's", optional=extras,
+          exit_modes=("frozen", "published"))
 class OuroLM(Specified, nn.Module):
     """Ouro's layout with the looped-model interface (loopscope.looped.interface).
 
@@ -331,18 +332,13 @@ class OuroLM(Specified, nn.Module):
     # The interface's methods; positions (T,) or (B, T) default to 0 .. T - 1
     def _rope(self, t: int, positions: torch.Tensor | None, device: torch.device
               ) -> tuple[torch.Tensor, torch.Tensor]:
-        if positions is None:
-            if t > self.cfg.context:
-                raise ValueError(f"sequence length {t} exceeds the context {self.cfg.context}")
-            positions = torch.arange(t, device=device)
-        elif positions.shape[-1] != t:
-            raise ValueError(f"positions give {positions.shape[-1]} tokens, the input {t}")
-        elif positions.numel() and (int(positions.min()) < 0
-                                    or int(positions.max()) >= self.cfg.context):
+        positions = checked_positions(t, positions, self.cfg.context, device)
+        if positions.numel() and (int(positions.min()) < 0
+                                  or int(positions.max()) >= self.cfg.context):
             raise ValueError(f"positions must lie in [0, {self.cfg.context}) (config.json's "
                              f"max_position_embeddings), got "
                              f"{int(positions.min())}..{int(positions.max())}")
-        return self.rotary.at(positions.to(device))
+        return self.rotary.at(positions)
 
     def inputs(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
                kvs: list[KV] | None = None) -> torch.Tensor:

@@ -23,7 +23,7 @@ from loopscope.base.errors import CheckpointError, ParamsError
 from loopscope.looped.types import Sizing
 
 # Each layout file registers its layout on import: a new layout is one file and a line here
-from loopscope.released import huginn, loader, ouro  # noqa: F401
+from loopscope.released import huginn, loader, ouro, parcae  # noqa: F401
 from loopscope.released.layouts import Layout, layout
 from loopscope.weights import compute
 from loopscope.weights.outside_config import OutsideConfig
@@ -106,8 +106,12 @@ def resolve(cfg: OutsideConfig) -> OutsideConfig:
     config.json checked (an unknown adapter, a missing directory or a config.json of
     another layout fails here, before anything runs), device and precision resolved on
     this machine (so a GPU machine writes another file, and the outside stages rerun
-    there)."""
+    there). An exit mode the layout does not publish fails here too."""
     model_config(cfg)
+    modes = layout_of(cfg).exit_modes
+    if cfg.exit_mode not in modes:
+        raise ParamsError(f"'outside.{cfg.cell}.exit_mode' is {cfg.exit_mode!r}: adapter "
+                          f"{cfg.adapter} has {', '.join(modes)} (docs/outside-models.md)")
     device = device_of(cfg)
     precision = "bf16" if dtype_of(cfg, device) == torch.bfloat16 else "fp32"
     return dataclasses.replace(cfg, device=device.type, precision=precision)

@@ -193,3 +193,29 @@ def ledger(bars: pd.DataFrame) -> Drawn:
            "once-per-token work, checks, key/value handling, gathering and the rest, in "
            "shares of B's time (1: B's).")
     return done(fig, alt)
+
+
+def oracle(cell: str, points: pd.DataFrame, r: int) -> Drawn:
+    """Each exit rule's mean exit loop against the oracle's settle loop (tokens grouped
+    by it; R + 1: settled after R), with the oracle's own exit (the diagonal, capped at
+    R), and the share of tokens at each settle loop below."""
+    rules = list(dict.fromkeys(points["rule"]))
+    colours = dict(zip(rules, sns.color_palette("tab10", len(rules)), strict=False))
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True,
+                                 gridspec_kw={"height_ratios": [3, 1]})
+    loops = sorted(points["settle"].unique())
+    ax.plot(loops, [min(k, r) for k in loops], color="black", lw=2.5, ls="--",
+            label="the oracle (capped at R)")
+    for rule, g in points.groupby("rule", sort=False):
+        ax.plot(g["settle"], g["exit"], marker="o", ms=4, color=colours[rule], label=rule)
+    ax.set(ylabel="mean exit loop", title=f"{cell}: exit rules against the settle-depth oracle")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1))
+    shares = points.drop_duplicates("settle")
+    bx.bar(shares["settle"], shares["share"], color="grey")
+    bx.set(xlabel=f"oracle's settle loop ({r + 1}: after R = {r})", ylabel="share of tokens")
+    bx.set_xticks(loops)
+    alt = (f"{cell}: the mean exit loop of each exit rule at its matched setting "
+           f"({', '.join(rules)}) for the tokens the oracle settles at loops 1 to {r} and "
+           f"after, against the oracle's own exit (dashed diagonal); below, the share of "
+           "tokens at each settle loop.")
+    return done(fig, alt)

@@ -2,6 +2,7 @@
 without training.
 
     python -m loopscope.tools.plan [PARAMS_FILE] [--json | --brief] [--device cuda|cpu] [--tflops X]
+    python -m loopscope.tools.plan [PARAMS_FILE] --budget-hours H [--write PATH] [...]
 
 A paper-scale run takes GPU-hours; a wrong context, a too-large batch or an epoch count
 that means ten times more steps than intended should show up in a second. For every
@@ -43,7 +44,11 @@ a measurement.
 
 Outside models (params.yaml's `outside:`, released checkpoints measured beside the cells)
 are planned from their config.json: size, memory per measuring stage and hours, and a
-refusal where one cannot fit this machine (loopscope.tools.plan_outside).
+refusal where one cannot fit this machine (loopscope.tools.plan_outside). --budget-hours H
+prints instead, for each of them, the measuring sizes (windows, depths) that fit its
+stages in H hours at the same rate, the floors it will not pass, and the interval widths
+those sizes buy, estimated from this run's cells; --write PATH writes a params file with
+them (loopscope.tools.budget).
 """
 
 from __future__ import annotations
@@ -56,12 +61,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from loopscope.base import paths
 from loopscope.params import Params, load_params
 from loopscope.preflight import memory
 from loopscope.preflight.memory import GIB, num_params
+from loopscope.tools import budget
 from loopscope.tools.flops import (
     REPORT_SECONDS,
     STAGE_SECONDS,
@@ -479,16 +485,54 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tflops", type=float,
                         help=f"assumed sustained TFLOP/s for the times (default "
                              f"{TFLOPS:g} on cuda, calibrated on this machine's CPU)")
+    parser.add_argument("--budget-hours", type=float, metavar="H",
+                        help="print, for each outside model, the measuring sizes that fit "
+                             "its stages in H hours at the rate above (loopscope.tools.budget)")
+    parser.add_argument("--write", metavar="PATH",
+                        help="with --budget-hours: write the params file with those sizes")
     args = parser.parse_args(argv)
-    if args.tflops is not None and args.tflops <= 0:
-        parser.error(f"--tflops is {args.tflops:g}; it must be > 0")
+    check_args(parser, args)
     result = plan(args.params_file, args.device, Path(args.prepared), args.tflops)
+    if args.budget_hours is not None:
+        result["budget"] = budget.fit_all(load_params(args.params_file), result["outside"],
+                                          args.budget_hours)
     try:
         text = (json.dumps(result, indent=2) if args.json
-                else format_brief(result) if args.brief else format_plan(result))
+                else format_brief(result) if args.brief
+                else "\n".join(budget.budget_lines(result["budget"])) if "budget" in result
+                else format_plan(result))
         print(text, flush=True)
     except BrokenPipeError:  # `plan | head`: the reader is gone, not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if args.write:  # after the JSON, if any: on stderr then, so stdout stays JSON
+        write_budget(args.params_file, args.write, result["budget"],
+                     sys.stderr if args.json else sys.stdout)
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The options' ranges and combinations, before any work (parser.error exits 2)."""
+    for name in ("tflops", "budget_hours"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            parser.error(f"--{name.replace('_', '-')} is {value:g}; it must be > 0")
+    if args.write and args.budget_hours is None:
+        parser.error("--write writes the sizes --budget-hours chooses: give --budget-hours")
+    if args.brief and args.budget_hours is not None:
+        parser.error("--brief prints the plan's totals; --budget-hours prints the sizes")
+    if args.write and Path(args.write).resolve() == Path(args.params_file).resolve():
+        parser.error(f"--write {args.write} is the params file itself: the file written is "
+                     "a YAML dump without its comments, so name another")
+
+
+def write_budget(source: str, target: str, fitted: dict[str, dict[str, Any]],
+                 out: TextIO) -> None:
+    """--write: the params file with the chosen sizes, where every outside model fits."""
+    if not fitted or not all(f["fits"] for f in fitted.values()):
+        print(f"not written: {target} (not every outside model fits the budget)", file=out,
+              flush=True)
+        return
+    print(f"written: {budget.write(source, target, fitted)} ({source} with the shared keys "
+          "above; where outside models chose differently, the smallest)", file=out, flush=True)
 
 
 if __name__ == "__main__":

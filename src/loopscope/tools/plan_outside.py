@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from loopscope.looped.types import Cost
 from loopscope.params import Params
 from loopscope.preflight import memory
 from loopscope.preflight.memory import GIB
@@ -75,21 +76,39 @@ def plan_one(params: Params, cfg: OutsideConfig, device: str | None, tflops: flo
             key = f"outside.{cfg.cell}.batch_size" if cfg.batch_size else key
             memory.check_forward(shape, run_on, batch, key, f"outside_{stage}", reads,
                                  float64_readout=f64, act_bytes=act)
-    model_cost = size.cost
-    flops = model_flops(params, model_cost, shape.context, shape.loops, 1, True)
-    flops["bench_exits"] = bench_flops(params, model_cost, shape.context, shape.loops)
-    if tflops is not None or dev == "cuda":
-        rate, source = (tflops or TFLOPS) * 1e12, "given" if tflops else "assumed"
-    else:
-        rate, source = (roof_gflops * 1e9, "matmul roof") if roof_gflops else (None, None)
-    startup = STAGE_SECONDS * len(STAGES)
+    flops = stage_flops(params, size.cost, shape.context, shape.loops)
+    rate, source = rate_of(dev, tflops, roof_gflops)
     return {"adapter": cfg.adapter, "path": cfg.path, "params": shape.params,
             "r": shape.loops, "context": shape.context, "device": dev,
             "precision": "bf16" if bf16 else "fp32", "checked": checkable(dev),
             "memory_gib": {s: sum(p.values()) / GIB for s, p in parts.items()},
             "float64_readout_gib": parts["diagnose"]["float64 readout"] / GIB,
             "measure_flops": flops, "rate_flops_per_s": rate, "rate_source": source,
-            "measure_hours": (sum(flops.values()) / rate + startup) / 3600 if rate else None}
+            "measure_hours": hours_of(flops, rate)}
+
+
+def stage_flops(params: Params, c: Cost, context: int, loops: int) -> dict[str, float]:
+    """The forward FLOPs of an outside model's measuring stages (one run, of cost c,
+    windows of `context` tokens, read at R = loops): what plan prices it by, and what
+    loopscope.tools.budget sizes the keys against."""
+    flops = model_flops(params, c, context, loops, 1, True)
+    flops["bench_exits"] = bench_flops(params, c, context, loops)
+    return flops
+
+
+def rate_of(dev: str, tflops: float | None, roof_gflops: float | None
+            ) -> tuple[float | None, str | None]:
+    """The FLOP/s its stages are timed at and where it comes from: given (--tflops),
+    assumed (flops.TFLOPS on cuda), this CPU's matmul roof, or none."""
+    if tflops is not None or dev == "cuda":
+        return (tflops or TFLOPS) * 1e12, "given" if tflops else "assumed"
+    return (roof_gflops * 1e9, "matmul roof") if roof_gflops else (None, None)
+
+
+def hours_of(flops: dict[str, float], rate: float | None) -> float | None:
+    """Hours of every outside_* stage: the FLOPs at the rate, plus a start-up per stage
+    (outside_prepare's included: it runs no model but is a stage)."""
+    return (sum(flops.values()) / rate + STAGE_SECONDS * len(STAGES)) / 3600 if rate else None
 
 
 def plan_outside(params: Params, device: str | None = None, tflops: float | None = None,

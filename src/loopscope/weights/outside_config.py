@@ -25,6 +25,7 @@ from loopscope.base.errors import ParamsError
 
 OutsideDevice = Literal["auto", "cpu", "cuda"]
 OutsidePrecision = Literal["auto", "fp32", "bf16"]
+OutsideExitMode = Literal["frozen", "published"]
 
 
 @dataclass
@@ -47,6 +48,11 @@ class OutsideConfig:
     threads: int = 2  # torch's CPU threads
     device: OutsideDevice = "auto"  # auto: cuda where there is one
     precision: OutsidePrecision = "auto"  # auto: bf16 on cuda, fp32 on the CPU
+    # the exit semantics its policies run under: frozen (ours: an exited token's state,
+    # keys and values stay its exit loop's) or published (every token runs to the cap
+    # and reads its output at its exit loop, as Ouro's own early exit does; the layouts
+    # that publish it: loopscope.released.layouts)
+    exit_mode: OutsideExitMode = "frozen"
 
     def check(self, require: Any) -> None:
         """The ranges types alone do not catch: require(key, condition, rule)."""

@@ -37,6 +37,10 @@ The same ratio against depth R sits beside it (`_vs_r`).
                     aside (`retimed_seconds` keeps them) and still failing, their spread
     not_timed       each timed rule left out (no matched setting, or no exit before R)
 
+A model whose `gathers` is False (loopscope.looped.interface: its blocks cannot run on a
+subset of a batch's tokens, as the runtime calls them) is not timed at all: the JSON then
+holds `timed: false` and `why`, and nothing else.
+
 The depth check: only the loops grow with depth (the prelude, coda and readout run once a
 token), so uniform depth R takes at most R/B the time of uniform depth B. Every round of
 every mode is checked against R/B x (1 + DEPTH_SLACK); a round above it says the machine
@@ -354,6 +358,10 @@ def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None 
     first = next(runs_of(cell))
     tokens = min(params.bench.decode_tokens, first.context)
     model, cfg = first.model, params.policies
+    if not getattr(model, "gathers", True):  # a layout the runtime cannot call on subsets
+        return {"cell": cell, "run": first.tag, "timed": False,
+                "why": f"{type(model).__name__} refuses calls on a subset of a batch's tokens "
+                       "(its `gathers` is False), which the exit runtime makes: not timed"}
     if first.cell is not None:  # an outside model runs on outside.<name>.threads
         torch.set_num_threads(measuring_threads(cell) or first.cell.train.threads)
     sets = first.window_sets(params.convergence.windows, "convergence.windows")
@@ -391,6 +399,8 @@ def exits(params: View, cell: str, metrics: dict[str, Any], repeats: int | None 
 
 def headline(result: dict[str, Any]) -> str:
     """The scoring speedups against the baseline depth, in one line."""
+    if result.get("timed") is False:
+        return f"bench exits {result['cell']}: {result['why']}"
     s = result["scoring"]
     found = ", ".join(f"{n} {v:.2f}x (FLOPs {s['flop_speedup'][n]:.2f}x; "
                       f"{s['realized_vs_r'][n]:.2f}x vs depth {result['r']})"

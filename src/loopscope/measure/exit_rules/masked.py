@@ -55,10 +55,16 @@ class MaskedKV:
         else:
             keep = self.active[:, None, :, None]
             self.k, self.v = torch.where(keep, k, self.k), torch.where(keep, v, self.v)
-        if q.shape[1] != k.shape[1]:  # grouped-query heads
-            return F.scaled_dot_product_attention(q, self.k, self.v, is_causal=True,
-                                                  enable_gqa=True)
-        return F.scaled_dot_product_attention(q, self.k, self.v, is_causal=True)
+        return attend(q, self.k, self.v)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal scaled dot-product attention over every token of the call, with
+    grouped-query heads where k and v have fewer heads than q (the override contract
+    of loopscope.looped.interface)."""
+    if q.shape[1] != k.shape[1]:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 @dataclass
@@ -84,7 +90,7 @@ class Loop:
 @torch.no_grad()
 def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: int,
                    h0: torch.Tensor | None = None, replay: list[Loop] | None = None,
-                   record: list[Loop] | None = None) -> ExitRun:
+                   record: list[Loop] | None = None, freeze: bool = True) -> ExitRun:
     """The exit semantics (module doc): run up to `cap` loops, exiting tokens as
     the policy says (the control loop of loopscope.measure.exit_rules.exit_control); tokens still
     active after loop `cap` exit there.
@@ -92,7 +98,10 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
     record: a list that receives each loop while no token has exited. replay: such a
     list from a run of the same batch: while no token has exited, its loops are taken
     instead of computed (the same tensors bit for bit, since until the first exit a run
-    does not depend on its policy); the policy's checks still run on them."""
+    does not depend on its policy); the policy's checks still run on them. freeze=False:
+    the published semantics of a model whose own early exit runs every token to the cap
+    (Ouro's): nothing is frozen, a token's output is read from its state at its exit
+    loop, and since the run never depends on its policy every loop is replayed."""
     e = model.inputs(idx)
     h = model.initial_state(e) if h0 is None else h0.to(e.dtype)
     kvs = [MaskedKV() for _ in range(model.kv_blocks)]
@@ -100,11 +109,14 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
     last_angle = torch.zeros(idx.shape, dtype=torch.float32, device=idx.device)
     tokens = torch.arange(idx.numel(), device=idx.device)
     control.begin(tokens, h.flatten(0, 1))
-    now = {"h": h, "angle": last_angle}
+    # h: each token's output (exit) state; run: what the loop continues from
+    now = {"h": h, "run": h, "angle": last_angle}
 
     def advance(loop: int) -> None:
-        active, h = control.active, now["h"]
-        exited = not bool(active.all())  # whether any token has exited yet
+        active, h = control.active, now["run"]
+        # whether the run depends on the policy yet: once a token has exited, where exits
+        # freeze it
+        exited = freeze and not bool(active.all())
         if not exited and replay is not None and loop <= len(replay):
             taken = replay[loop - 1]
             for kv, (k, v) in zip(kvs, taken.kv, strict=True):
@@ -112,13 +124,14 @@ def masked_forward(model: LoopedModel, idx: torch.Tensor, policy: Policy, cap: i
             new, turned = taken.state, taken.angle
         else:
             for kv in kvs:
-                kv.active = active
+                kv.active = active if freeze else torch.ones_like(active)
             new = model.step(model.carry(h, first=loop == 1), e, kvs, k=loop)
             turned = angle(h, new)
             if not exited and record is not None:
                 record.append(Loop(new, [(kv.k, kv.v) for kv in kvs], turned))
         now["angle"] = torch.where(active, turned, now["angle"])
-        now["h"] = torch.where(active[..., None], new, h)
+        now["h"] = torch.where(active[..., None], new, now["h"])
+        now["run"] = now["h"] if freeze else new
 
     def checked() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         # the coda and head read every token (the coda's attention sees them all); the
@@ -144,6 +157,8 @@ class PolicyResult:
     exit_loop: np.ndarray
     checks: np.ndarray
     last_angle: np.ndarray
+    # the final output's argmax, which the settle-depth oracle reads (None: not kept)
+    pred: np.ndarray | None = None
 
     @property
     def mean_loops(self) -> float:
@@ -154,27 +169,31 @@ class PolicyResult:
 def evaluate(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
              policy: Policy, cap: int, batch_size: int,
              replay: list[list[Loop]] | None = None,
-             record: list[list[Loop]] | None = None) -> PolicyResult:
+             record: list[list[Loop]] | None = None, freeze: bool = True) -> PolicyResult:
     """Run masked_forward over windows (x, y) in batches; per-token results. record: a
     list that receives each batch's loops before its first exit; replay: such a list
     (see masked_forward). Recording a never-exiting run (never_exits) and replaying it
-    for every setting of a sweep gives every setting its exact result."""
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ce", "exit", "checks", "angle")}
+    for every setting of a sweep gives every setting its exact result. freeze: the exit
+    semantics (masked_forward)."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ce", "exit", "checks", "angle",
+                                                          "pred")}
     for n, i in enumerate(range(0, len(x), batch_size)):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size]
         kept = None if record is None else []
         run = masked_forward(model, xb, policy, cap,
                              None if h0 is None else h0[i:i + batch_size],
-                             None if replay is None else replay[n], kept)
+                             None if replay is None else replay[n], kept, freeze)
         if record is not None:
             record.append(kept)
-        ce = token_ce(run.logits.flatten(0, 1), yb.flatten())
+        logits = run.logits.flatten(0, 1)
+        ce = token_ce(logits, yb.flatten())
+        parts["pred"].append(logits.argmax(-1).to(torch.int32).cpu().numpy())
         parts["ce"].append(ce.double().cpu().numpy())
         parts["exit"].append(run.exit_loop.flatten().cpu().numpy())
         parts["checks"].append(run.checks.flatten().cpu().numpy())
         parts["angle"].append(run.last_angle.flatten().cpu().numpy())
     cat = {k: np.concatenate(v) for k, v in parts.items()}
-    return PolicyResult(cat["ce"], cat["exit"], cat["checks"], cat["angle"])
+    return PolicyResult(cat["ce"], cat["exit"], cat["checks"], cat["angle"], cat["pred"])
 
 
 def token_flops(model: LoopedModel, exit_loop: np.ndarray, checks: np.ndarray,
@@ -197,5 +216,7 @@ def flops_per_token(model: LoopedModel, exit_loop: np.ndarray, checks: np.ndarra
 
 def pool(results: list[PolicyResult]) -> PolicyResult:
     """The tokens of several runs (seeds) as one result."""
+    preds = [r.pred for r in results]
     return PolicyResult(*(np.concatenate([getattr(r, f) for r in results])
-                          for f in ("ce", "exit_loop", "checks", "last_angle")))
+                          for f in ("ce", "exit_loop", "checks", "last_angle")),
+                        None if any(p is None for p in preds) else np.concatenate(preds))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from tqdm import tqdm
 
@@ -24,6 +25,7 @@ from loopscope.measure.exit_rules.masked import (
     pool,
     token_flops,
 )
+from loopscope.measure.exit_rules.oracle import Oracle, describe, rule_vs_oracle
 from loopscope.measure.exit_rules.probe import fit_probe
 from loopscope.measure.params import PoliciesConfig
 from loopscope.measure.runs import Run
@@ -35,22 +37,25 @@ from loopscope.stats.units import Units
 def sweep_settings(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
                    cap: int, batch_size: int, grids: dict[str, list[float]], first: int,
                    every: int, probe: tuple[torch.Tensor, float] | None = None,
-                   desc: str = "policies") -> dict[tuple[str, float], PolicyResult]:
+                   desc: str = "policies", freeze: bool = True
+                   ) -> dict[tuple[str, float], PolicyResult]:
     """Every (rule, threshold) of the grids (settings) on one window set, capped at
     depth `cap`; a rule that reads the model's own exit score (exits.NATIVE) only
     where the model has one. A setting that cannot exit before the cap has the never-exiting run's
     outcome; every other one replays that run's loops up to its first exit (evaluate),
-    so the sweep costs a fraction of one masked forward per setting, bit for bit."""
+    so the sweep costs a fraction of one masked forward per setting, bit for bit.
+    freeze: the exit semantics (masked.masked_forward; False: the published semantics of
+    a model whose own exit runs every token to the cap)."""
     loops: list[list[Loop]] = []
     never = evaluate(model, x, y, h0, never_exits(first, every), cap, batch_size,
-                     record=loops)
+                     record=loops, freeze=freeze)
     out = {}
     swept = {rule: grid for rule, grid in grids.items()
              if rule not in NATIVE or model.exit_score is not None}
     for rule, threshold in tqdm(settings(swept), desc=desc, unit="setting", mininterval=5):
         policy = make(rule, threshold, first, every, probe, model.exit_score)
         out[(rule, threshold)] = (
-            evaluate(model, x, y, h0, policy, cap, batch_size, replay=loops)
+            evaluate(model, x, y, h0, policy, cap, batch_size, replay=loops, freeze=freeze)
             if policy.can_exit(cap) else never)
     return out
 
@@ -65,6 +70,7 @@ class Outcome:
     loops: np.ndarray
     flops: float  # mean forward FLOPs per token
     checks: np.ndarray | None = None  # per token (None: uniform depth, no checks)
+    pred: np.ndarray | None = None  # per token, the final output's argmax (None: not kept)
 
     def token_flops(self, model: LoopedModel, checks: bool = True) -> np.ndarray:
         """Per-token forward FLOPs (masked.token_flops), for the intervals; checks:
@@ -123,7 +129,7 @@ def outcomes_of(model: LoopedModel, uniform: dict[str, np.ndarray],
             outcomes[s].setdefault(rule, []).append(Outcome(
                 rule, threshold, res.ce, res.exit_loop,
                 flops_per_token(model, res.exit_loop, res.checks, KNOWN[rule].needs_logits),
-                res.checks))
+                res.checks, res.pred))
     return outcomes
 
 
@@ -146,6 +152,8 @@ class Sweep:
     results: dict[str, dict[tuple[str, float], PolicyResult]] = field(default_factory=dict)
     parents: np.ndarray | None = None  # each `report` token's document, for blocks
     seed: int = 0  # the run's seed
+    oracle: Oracle | None = None  # the settle-depth oracle on the `report` tokens
+    tokens: np.ndarray | None = None  # the input token id of each `report` token
 
 
 def summarize_sweeps(sweeps: list[Sweep], match: float, resamples: int, key: str = ""
@@ -222,7 +230,9 @@ def _pooled(sweeps: list[Sweep], match: float, resamples: int, key: str,
     seeds = (np.concatenate([np.full(len(w.docs), w.seed) for w in sweeps])
              if len(sweeps) > 1 else None)
     sample = Sample(Documents(docs, resamples, parents=parents), docs, seeds, key)
-    metrics, rows = summarize(cell.model, uniform, results, sample, cell.r, match)
+    oracle = (None if any(w.oracle is None for w in sweeps)
+              else Oracle.concat([w.oracle for w in sweeps]))
+    metrics, rows = summarize(cell.model, uniform, results, sample, cell.r, match, oracle)
     metrics.update(Units(docs, cell.unit, parents).describe())
     return metrics, rows
 
@@ -330,7 +340,8 @@ def _rule_metrics(rule: str, choose: list[Outcome], report: list[Outcome],
 
 def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
               results: dict[tuple[str, float], dict[str, PolicyResult]], sample: Sample,
-              r: int, match: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+              r: int, match: float, oracle: Oracle | None = None
+              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """metrics/policies/<cell>.json and the frontier rows, from pooled per-token results.
 
     uniform[set]: CE per depth 1..R and token, (R, N). results[(rule, threshold)][set].
@@ -340,7 +351,10 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
     reported number comes from, is not at the claim's margin by construction. The same
     choice gives A0's matched depth M; min(R, M) is the honest baseline a policy's FLOPs
     are also read against. Intervals resample the `report` tokens' units (sample:
-    documents first where the units are blocks within them, and the seeds).
+    documents first where the units are blocks within them, and the seeds). oracle: the
+    settle-depth oracle on the `report` tokens; given it, every matched rule is read
+    against it (loopscope.measure.exit_rules.oracle), and the oracle's own numbers are
+    kept under "oracle".
     """
     choose = match / 2
     outcomes = outcomes_of(model, uniform, results)
@@ -367,6 +381,11 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
         metrics["kl_curve"] = rep.curve(outcomes["report"]["kl"], report_uniform)
     if "kl" in got and "probe" in got:  # A1 against A2, on the same tokens
         metrics["kl"]["vs_probe"] = rep.paired(got["kl"], got["probe"])
+    if oracle is not None:  # every matched rule against the settle-depth oracle
+        metrics["oracle"] = describe(oracle, sample)
+        for rule, o in got.items():
+            if o.pred is not None:
+                metrics[rule]["oracle"] = rule_vs_oracle(o.loops, o.pred, oracle, sample)
     rows = [{"set": s, "rule": o.rule, "threshold": o.threshold, "mean_loops": o.mean_loops,
              "ce": o.mean_ce, "flops": o.flops, "flops_ratio": o.flops / base[s].flops,
              "default": is_default(o.rule, o.threshold)}
@@ -376,14 +395,15 @@ def summarize(model: LoopedModel, uniform: dict[str, np.ndarray],
 
 
 def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str,
-              first_seed: int | None = None) -> Sweep:
+              first_seed: int | None = None, freeze: bool = True) -> Sweep:
     """One run's policy sweep at depth R (policies.Sweep): A2's probe fit on the `probe`
     windows (fit_probe), then on each set of SWEPT the uniform depths 1..R and every
     setting of policies.grids (policies.sweep_settings); a run other than its cell's
     first seed (first_seed; None: every run is) skips the rules of
     policies.first_seed_only. It lives here, beside fit_probe, because the probe's
     labels and the uniform depths' CE are read from trajectories; windows:
-    convergence.windows, the windows per set."""
+    convergence.windows, the windows per set; freeze: the exit semantics
+    (masked.masked_forward)."""
     grids = (cfg.grids if first_seed is None or run.seed == first_seed else
              {rule: g for rule, g in cfg.grids.items() if rule not in cfg.first_seed_only})
     sets = run.window_sets(windows, "convergence.windows")
@@ -391,11 +411,31 @@ def sweep_run(run: Run, cfg: PoliciesConfig, windows: int, desc: str,
     probe = fit_probe(trajectory(run.model, p.x, p.y, p.h0, r, batch, keep_states=r - 1), r)
     report = sets["report"]
     sweep = Sweep(run.model, r, report.token_docs(), report.unit,
-                  parents=report.token_parents(), seed=run.seed)
+                  parents=report.token_parents(), seed=run.seed,
+                  tokens=report.x.flatten().cpu().numpy())
     for s in SWEPT:
         w = sets[s]
         sweep.uniform[s] = uniform_ce(run.model, w.x, w.y, w.h0, r, batch)
         sweep.results[s] = sweep_settings(run.model, w.x, w.y, w.h0, r, batch,
                                           grids, cfg.first, cfg.every, probe,
-                                          desc=f"{desc} {s}")
+                                          desc=f"{desc} {s}", freeze=freeze)
     return sweep
+
+
+def attach_oracle(sweeps: list[Sweep], table: pd.DataFrame, depth: int) -> None:
+    """Give each sweep the settle-depth oracle of its `report` tokens from the cell's
+    tables/convergence (the convergence stage's uniform trajectory to `depth` on the
+    same windows, seed by seed), after checking that the tokens are the same ones in
+    the same order."""
+    missing = {"settle_loop", "settle_loop_margin", "pred_r"} - set(table.columns)
+    if missing:
+        raise ValueError(f"tables/convergence lacks {sorted(missing)}: it was written by an "
+                         "older convergence stage; rerun it (`dvc repro convergence@<cell>`)")
+    for w in sweeps:
+        rows = table[table["seed"] == w.seed]
+        if w.tokens is None or not np.array_equal(rows["token_id"].to_numpy(), w.tokens):
+            raise ValueError(f"tables/convergence: seed {w.seed}'s rows are not the `report` "
+                             "tokens the policies ran on (rerun its convergence stage)")
+        w.oracle = Oracle(rows["settle_loop"].to_numpy(np.int32),
+                          rows["settle_loop_margin"].to_numpy(np.int32),
+                          rows["pred_r"].to_numpy(), w.r, depth)

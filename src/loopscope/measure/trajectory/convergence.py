@@ -23,9 +23,10 @@ from tokenizers import Tokenizer
 
 from loopscope.measure.exit_rules.exits import KL
 from loopscope.measure.exit_rules.masked import PolicyResult, evaluate, pool
+from loopscope.measure.exit_rules.oracle import settle_loop
 from loopscope.measure.params import ConvergenceConfig
 from loopscope.measure.runs import Run
-from loopscope.measure.trajectory import settling
+from loopscope.measure.trajectory import reuse, settling
 from loopscope.measure.trajectory.token_types import (
     SMALLEST_TYPE,
     TOKEN_TYPES,
@@ -293,13 +294,19 @@ class RunConvergence:
     docs: np.ndarray  # the resampling unit of each `report` token
     unit: str  # what a unit is (loopscope.stats.units)
     parents: np.ndarray | None = None  # each token's document, where units are blocks
+    # final-loop key/value reuse at R and 2R (reuse.reuse_ce), where it was measured
+    reuse: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
 
-    def table(self, epsilon: float) -> pd.DataFrame:
+    def table(self, epsilon: float, oracle_margin: float = 1.0) -> pd.DataFrame:
         """One row per `report` token: its resampling unit and the document that
         holds it (parent: the same where units are documents), its type, convergence
-        loop, first loop below epsilon, A1's exit loop, its CE at depth 1 and at R, and
-        over each late window its state change's floor, the share of its updates that
-        point back and its KL's odd/even alternation (settling.token_columns)."""
+        loop, first loop below epsilon, A1's exit loop, its CE at depth 1 and at R, the
+        settle-depth oracle's settle loop (plain, and at oracle_margin nats) and depth
+        R's prediction (loopscope.measure.exit_rules.oracle: the policies stage reads
+        them), and over each late window its state change's floor, the share of its
+        updates that point back and its KL's odd/even alternation
+        (settling.token_columns)."""
+        argmax = self.traj.argmax
         return pd.DataFrame({
             "seed": self.seed, "doc": self.docs,
             "parent": self.docs if self.parents is None else self.parents,
@@ -309,6 +316,10 @@ class RunConvergence:
             "first_below_loop": first_below(self.traj.kl, epsilon),
             "exit_loop": self.exits.exit_loop.astype(np.int16),
             "ce_depth1": self.traj.ce[0], "ce_r": self.traj.ce[self.r - 1],
+            "settle_loop": settle_loop(argmax).astype(np.int16),
+            "settle_loop_margin": settle_loop(argmax, self.traj.gap,
+                                              oracle_margin).astype(np.int16),
+            "pred_r": argmax[self.r - 1],
             **settling.token_columns(self.traj, self.r)})
 
     def describe(self) -> str:
@@ -318,14 +329,15 @@ class RunConvergence:
                 f"R = {self.r}, {ce[-1].mean():.3f} at {self.traj.depth}")
 
 
-def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon: float
-                ) -> RunConvergence:
+def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon: float,
+                kv_reuse: bool = False) -> RunConvergence:
     """Measure one trained run on paper B's window sets (loopscope.measure.runs.Run.window_sets).
 
     A position's type is that of its target, the token it predicts: the convergence loop
     is that of its prediction, so typing the input would charge "the" with the depth it
     takes to predict the word after it. The whole T + 1 window is typed, so the first
-    target's word is seen from its start."""
+    target's word is seen from its start. kv_reuse: also measure final-loop key/value
+    reuse at R and 2R on `report` (loopscope.measure.trajectory.reuse)."""
     sets = run.window_sets(cfg.windows, "convergence.windows")
     report, choose = sets["report"], sets["choose"]
     r = run.model.loops
@@ -336,17 +348,20 @@ def measure_run(run: Run, tok: Tokenizer, cfg: ConvergenceConfig, cross_epsilon:
     exits = evaluate(run.model, report.x, report.y, report.h0, KL(cross_epsilon), depth,
                      batch)
     window = np.concatenate([report.x[:, :1].cpu().numpy(), report.y.cpu().numpy()], 1)
+    reused = (reuse.reuse_ce(run.model, report.x, report.y, report.h0, (r, 2 * r), batch)
+              if kv_reuse else None)
     return RunConvergence(
         seed=run.seed, r=r, sampler_mean=float(run.model.sampler_mean),
         nominal_mean=float(run.model.nominal_mean), traj=traj,
         choose_ce=choose_ce, exits=exits, tokens=report.x.flatten().cpu().numpy(),
         types=window_types(tok, window)[:, 1:].reshape(-1), docs=report.token_docs(),
-        unit=report.unit, parents=report.token_parents())
+        unit=report.unit, parents=report.token_parents(), reuse=reused)
 
 
-def cell_table(runs: list[RunConvergence], epsilon: float) -> pd.DataFrame:
+def cell_table(runs: list[RunConvergence], epsilon: float, oracle_margin: float = 1.0
+               ) -> pd.DataFrame:
     """tables/convergence/<cell>.parquet: every run's per-token rows, seed by seed."""
-    return pd.concat([r.table(epsilon) for r in runs], ignore_index=True)
+    return pd.concat([r.table(epsilon, oracle_margin) for r in runs], ignore_index=True)
 
 
 def _sample(runs: list[RunConvergence], resamples: int, key: str) -> Sample:
@@ -369,6 +384,10 @@ def _summary(runs: list[RunConvergence], cfg: ConvergenceConfig, key: str
     parents = None if cell.parents is None else np.concatenate([r.parents for r in runs])
     metrics = summarize(traj, sample, np.concatenate([run.types for run in runs]), cell.r,
                         cfg.epsilon, cfg, cell.sampler_mean, cell.nominal_mean, parents)
+    if all(run.reuse is not None for run in runs):
+        pairs = {d: tuple(np.concatenate([run.reuse[d][i] for run in runs]) for i in (0, 1))
+                 for d in cell.reuse}
+        metrics["kv_reuse"] = reuse.summarize(pairs, sample, cell.r)
     return metrics, traj, sample
 
 

@@ -2,9 +2,10 @@
 out. A trajectory records, per token and loop i = 1..D: the cross-entropy of the
 prediction read at loop i (coda and final readout over every token's loop-i state),
 KL(p_i || p_{i-1}) between successive next-token distributions (paper B's direction),
-the relative state change ||h_i - h_{i-1}|| / ||h_i||, the angle of the update, and the
-argmax, the two-step change ||h_i - h_{i-2}|| / ||h_i|| (a period-2 cycle keeps
-moving every loop while it returns every second one), and whether loop i's update
+the relative state change ||h_i - h_{i-1}|| / ||h_i||, the angle of the update, the
+argmax and its lead over the runner-up (top-1 minus top-2 log-probability), the
+two-step change ||h_i - h_{i-2}|| / ||h_i|| (a period-2 cycle keeps moving every loop
+while it returns every second one), and whether loop i's update
 h_i - h_{i-1} points back against loop i-1's (cosine < 0: a cycle's updates alternate,
 a monotone approach's do not; one byte a token and loop). It runs on any model of the
 looped-model interface (loopscope.looped.interface).
@@ -39,6 +40,9 @@ class Trajectory:
     # cosine < 0; row 0, with no update before it, False): the late share of these is a
     # token's alternation (loopscope.measure.trajectory.settling)
     backward: np.ndarray
+    # (D, N) the argmax's lead over the runner-up, top-1 minus top-2 log-probability
+    # (nats): what the settle-depth oracle's margin version reads
+    gap: np.ndarray
     states: np.ndarray | None = None  # (keep, N, d) h_1..h_keep, float32, if asked for
 
     @property
@@ -53,7 +57,7 @@ class Trajectory:
 
 
 # What a trajectory records per loop
-FIELDS = ("ce", "kl", "change", "angle", "argmax", "change2", "backward")
+FIELDS = ("ce", "kl", "change", "angle", "argmax", "change2", "backward", "gap")
 
 
 def _points_back(update: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
@@ -61,6 +65,31 @@ def _points_back(update: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
     < 0, read off the sign of the dot product: no norms needed), as bool. An update of
     zero points nowhere (False)."""
     return (update.float() * previous.float()).sum(-1) < 0
+
+
+def _read_out(logits: torch.Tensor, yb: torch.Tensor, prev: torch.Tensor | None,
+              cur: torch.Tensor | None, fields: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """One loop's readout (N, V) -> per token CE, KL to the previous loop's
+    log-probabilities (prev; nan without), argmax and lead over the runner-up, in row
+    chunks; the log-probabilities go to `cur` where KL is asked for."""
+    n, dev = len(logits), logits.device
+    ce = torch.empty(n, device=dev)
+    kl = torch.full((n,), float("nan"), device=dev)
+    argmax = torch.empty(n, dtype=torch.long, device=dev)
+    gap = torch.empty(n, device=dev)
+    for r in row_chunks(n, logits.shape[-1]):
+        logp = F.log_softmax(logits[r].float(), dim=-1)
+        ce[r] = -logp.gather(-1, yb[r, None])[:, 0]
+        if prev is not None and "kl" in fields:
+            kl[r] = kl_divergence(logp, prev[r])
+        if "argmax" in fields:
+            argmax[r] = logp.argmax(-1)
+        if "gap" in fields:
+            top = logp.topk(2, dim=-1).values
+            gap[r] = top[:, 0] - top[:, 1]
+        if "kl" in fields:
+            cur[r] = logp
+    return {"ce": ce, "kl": kl, "argmax": argmax, "gap": gap}
 
 
 @torch.no_grad()
@@ -75,7 +104,7 @@ def _record(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tens
     the previous loop's log-probabilities live in a buffer swapped with the current."""
     rows: dict[str, list[list[np.ndarray]]] = {k: [[] for _ in range(depth)] for k in fields}
     states: list[list[np.ndarray]] = [[] for _ in range(keep_states)]
-    logits_needed = bool({"ce", "kl", "argmax"} & set(fields))
+    logits_needed = bool({"ce", "kl", "argmax", "gap"} & set(fields))
     for i in range(0, len(x), batch_size):
         xb, yb = x[i:i + batch_size], y[i:i + batch_size].flatten()
         e = model.inputs(xb)
@@ -87,23 +116,9 @@ def _record(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tens
             values: dict[str, torch.Tensor] = {}
             if logits_needed:
                 logits = model.read(new, last=True).flatten(0, 1)
-                n = len(logits)
-                dev = logits.device
                 if "kl" in fields and cur is None:
-                    cur = torch.empty(logits.shape, dtype=torch.float32, device=dev)
-                ce = torch.empty(n, device=dev)
-                kl = torch.full((n,), float("nan"), device=dev)
-                argmax = torch.empty(n, dtype=torch.long, device=dev)
-                for r in row_chunks(n, logits.shape[-1]):
-                    logp = F.log_softmax(logits[r].float(), dim=-1)
-                    ce[r] = -logp.gather(-1, yb[r, None])[:, 0]
-                    if prev is not None and "kl" in fields:
-                        kl[r] = kl_divergence(logp, prev[r])
-                    if "argmax" in fields:
-                        argmax[r] = logp.argmax(-1)
-                    if "kl" in fields:
-                        cur[r] = logp
-                values.update(ce=ce, kl=kl, argmax=argmax)
+                    cur = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+                values.update(_read_out(logits, yb, prev, cur, fields))
                 prev, cur = cur, prev
             if "change" in fields:
                 values["change"] = relative_change(new.float(), h.float())
@@ -132,7 +147,8 @@ def trajectory(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.T
     cat, states = _record(model, x, y, h0, depth, batch_size, FIELDS, keep_states)
     return Trajectory(ce=cat["ce"].astype(np.float64), kl=cat["kl"], change=cat["change"],
                       angle=cat["angle"], argmax=cat["argmax"].astype(np.int32),
-                      states=states, change2=cat["change2"], backward=cat["backward"])
+                      states=states, change2=cat["change2"], backward=cat["backward"],
+                      gap=cat["gap"])
 
 
 def uniform_ce(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.Tensor | None,
@@ -141,3 +157,4 @@ def uniform_ce(model: LoopedModel, x: torch.Tensor, y: torch.Tensor, h0: torch.T
     trajectory(...).ce, bit for bit, without the KL, argmax and state math no reader
     of the `choose` windows or of depth R's baseline needs. (depth, tokens), float64."""
     return _record(model, x, y, h0, depth, batch_size, ("ce",), 0)[0]["ce"].astype(np.float64)
+
