@@ -132,15 +132,16 @@ def _interval(found: dict[str, Any], one_run: tuple[str, ...], pooled: tuple[str
 
 
 def reference(params: Params, root: Path = Path(".")) -> Reference | None:
-    """The committed run's intervals under root (metrics/ and configs/ of the main
-    backbone), None where they are not there (a fresh checkout of another corpus)."""
+    """The committed run's intervals under root (the main backbone's metrics/, which git
+    holds; its windows' length from params), None where they are not there (a checkout
+    run on another corpus)."""
     cell = main_backbone(params)
     if cell is None:
         return None
     try:
         found = {kind: json.loads((root / paths.metrics_file(kind, cell)).read_text())
                  for kind in ("convergence", "diagnose", "clamp", "policies")}
-        context = json.loads((root / paths.config_file(cell)).read_text())["model"]["context"]
+        context = resolve_cell(params, cell).model.context  # configs/ may not exist yet
         conv, diag = found["convergence"], found["diagnose"]
         run = next(iter(conv["per_seed"])) if conv.get("per_seed") else None
         one = conv["per_seed"][run] if run is not None else conv
