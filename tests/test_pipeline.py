@@ -325,6 +325,13 @@ def test_an_outside_model_runs_through_every_measuring_stage(tmp_path):
     for kind in ("diagnose", "clamp", "convergence", "policies"):
         metrics = json.loads((repo / "metrics" / kind / "huginn_tiny.json").read_text())
         assert metrics, kind
+    # an outside model always gets final-loop key/value reuse and the settle-depth oracle
+    conv = json.loads((repo / "metrics" / "convergence" / "huginn_tiny.json").read_text())
+    assert set(conv["kv_reuse"]) == {"R", "2R"}
+    pol = json.loads((repo / "metrics" / "policies" / "huginn_tiny.json").read_text())
+    assert pol["exit_mode"] == "frozen" and pol["oracle"]["r"] == 4
+    assert all("oracle" in pol[r] for r, m in pol.items() if isinstance(m, dict)
+               and m.get("matched"))
     for kind in ("diagnose", "sweep", "clamp", "convergence", "policies"):
         assert (repo / "tables" / kind / "huginn_tiny.parquet").is_file(), kind
     bench = json.loads((repo / "metrics" / "bench" / "exits_huginn_tiny.json").read_text())
