@@ -5,11 +5,13 @@ Imported as a module (`from conftest import ...`): pytest puts tests/ on sys.pat
 """
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 import torch
 from micro import ROOT, reproduce
+from safetensors.torch import save_file
 
 from loopscope import stage
 from loopscope.measure.exit_rules.exits import Policy
@@ -33,6 +35,36 @@ def run_outside_stage(script: str, *args: str) -> None:
     stages run it: through stages/outside.py, which loads the released-models package."""
     stage.main(["--untimed", f"outside_{script}", str(ROOT / "stages" / "outside.py"),
                 str(ROOT / "stages" / f"{script}.py"), *args])
+
+
+def random_checkpoint(directory: Path, config: dict, parameters: dict, drop: str = "",
+                      extra: dict | None = None, reshape: str = "") -> dict[str, torch.Tensor]:
+    """A released layout's checkpoint directory with config.json and seeded random
+    weights under the given names and shapes (less `drop`, plus `extra`, `reshape` one
+    row short), for the adapters' loading tests; returns the weights."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    g = torch.Generator().manual_seed(0)
+    weights = {name: torch.randn(shape, generator=g) for name, shape in parameters.items()
+               if name != drop}
+    if reshape:
+        weights[reshape] = weights[reshape][:-1]
+    save_file({**weights, **(extra or {})}, str(directory / "model.safetensors"))
+    return weights
+
+
+def shard(directory: Path, weights: dict[str, torch.Tensor], first: int = 20) -> None:
+    """Split a checkpoint's model.safetensors into two shards (the first `first` names
+    in sorted order, then the rest) and the index that maps them, as large released
+    checkpoints are stored."""
+    (directory / "model.safetensors").unlink()
+    names = sorted(weights)
+    shards = {"model-00001-of-00002.safetensors": names[:first],
+              "model-00002-of-00002.safetensors": names[first:]}
+    for file, part in shards.items():
+        save_file({n: weights[n] for n in part}, str(directory / file))
+    index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
 def tiny_model(**overrides) -> LoopedLM:

@@ -42,9 +42,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import Scripted
+from conftest import Scripted, random_checkpoint, shard
 from safetensors import safe_open
-from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from loopscope.base.errors import CheckpointError
@@ -83,15 +82,9 @@ def write_checkpoint(directory: Path, layout: str = "huginn_tiny", drop: str = "
     """A checkpoint directory in Huginn's layout with random weights under the fixture's
     names (less `drop`, plus `extra`, `reshape` one row short); returns the weights."""
     spec = LAYOUTS[layout]
-    directory.mkdir(parents=True, exist_ok=True)
     raw = {**spec["config"], "transformers_version": "4.57.1", "model_type": "huginn_raven"}
-    (directory / "config.json").write_text(json.dumps({**raw, **(config or {})}))
-    g = torch.Generator().manual_seed(0)
-    weights = {name: torch.randn(shape, generator=g) for name, shape in spec["parameters"].items()
-               if name != drop}
-    if reshape:
-        weights[reshape] = weights[reshape][:-1]
-    save_file({**weights, **(extra or {})}, str(directory / "model.safetensors"))
+    weights = random_checkpoint(directory, {**raw, **(config or {})}, spec["parameters"],
+                                drop, extra, reshape)
     write_tokenizer(directory / "tokenizer.json", spec["config"]["vocab_size"])
     return weights
 
@@ -166,14 +159,8 @@ def test_the_published_extras_are_accepted_and_checked(tmp_path):
 
 def test_sharded_weights_load_through_their_index(tmp_path):
     weights = write_checkpoint(tmp_path)
-    (tmp_path / "model.safetensors").unlink()
+    shard(tmp_path, weights)
     names = sorted(weights)
-    shards = {"model-00001-of-00002.safetensors": names[:20],
-              "model-00002-of-00002.safetensors": names[20:]}
-    for file, part in shards.items():
-        save_file({n: weights[n] for n in part}, str(tmp_path / file))
-    index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     state = load_huginn(tmp_path).state_dict()
     assert all(torch.equal(state[n], weights[n]) for n in names)
 

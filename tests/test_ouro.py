@@ -46,7 +46,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from conftest import random_checkpoint, shard
 
 from loopscope.base.errors import CheckpointError, ParamsError
 from loopscope.looped.interface import LoopedModel, run_loops
@@ -76,15 +76,8 @@ def write_checkpoint(directory: Path, drop: str = "", extra: dict | None = None,
                      reshape: str = "", config: dict | None = None) -> dict[str, torch.Tensor]:
     """A checkpoint directory in Ouro's layout with random weights under the fixture's
     names (less `drop`, plus `extra`, `reshape` one row short); returns the weights."""
-    directory.mkdir(parents=True, exist_ok=True)
     raw = {**SPEC["config"], "transformers_version": "4.54.1", **(config or {})}
-    (directory / "config.json").write_text(json.dumps(raw))
-    g = torch.Generator().manual_seed(0)
-    weights = {name: torch.randn(shape, generator=g) for name, shape in SPEC["parameters"].items()
-               if name != drop}
-    if reshape:
-        weights[reshape] = weights[reshape][:-1]
-    save_file({**weights, **(extra or {})}, str(directory / "model.safetensors"))
+    weights = random_checkpoint(directory, raw, SPEC["parameters"], drop, extra, reshape)
     shutil.copy(TINY / "tokenizer.json", directory / "tokenizer.json")
     return weights
 
@@ -159,14 +152,8 @@ def test_a_config_of_another_layout_and_missing_files_fail_naming_them(tmp_path)
 
 def test_sharded_weights_load_through_their_index(tmp_path):
     weights = write_checkpoint(tmp_path)
-    (tmp_path / "model.safetensors").unlink()
+    shard(tmp_path, weights, first=12)
     names = sorted(weights)
-    shards = {"model-00001-of-00002.safetensors": names[:12],
-              "model-00002-of-00002.safetensors": names[12:]}
-    for file, part in shards.items():
-        save_file({n: weights[n] for n in part}, str(tmp_path / file))
-    index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     state = load_ouro(tmp_path).state_dict()
     assert all(torch.equal(state[n], weights[n]) for n in names)
 

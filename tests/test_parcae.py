@@ -64,8 +64,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Scripted
-from safetensors.torch import save_file
+from conftest import Scripted, random_checkpoint, shard
 
 from loopscope.base.errors import CheckpointError
 from loopscope.looped.interface import LoopedModel, run_loops
@@ -97,16 +96,9 @@ def write_checkpoint(directory: Path, drop: str = "", extra: dict | None = None,
     """A checkpoint directory in Parcae's layout with random weights under the fixture's
     names (less `drop`, plus `extra`, `reshape` one row short; config.json less `omit`);
     returns the weights."""
-    directory.mkdir(parents=True, exist_ok=True)
     raw = {**SPEC["config"], **(config or {})}
     raw.pop(omit, None)
-    (directory / "config.json").write_text(json.dumps(raw))
-    g = torch.Generator().manual_seed(0)
-    weights = {name: torch.randn(shape, generator=g) for name, shape in SPEC["parameters"].items()
-               if name != drop}
-    if reshape:
-        weights[reshape] = weights[reshape][:-1]
-    save_file({**weights, **(extra or {})}, str(directory / "model.safetensors"))
+    weights = random_checkpoint(directory, raw, SPEC["parameters"], drop, extra, reshape)
     shutil.copy(TINY / "tokenizer.json", directory / "tokenizer.json")
     return weights
 
@@ -194,14 +186,8 @@ def test_the_published_extras_are_accepted_and_checked(tmp_path):
 
 def test_sharded_weights_load_through_their_index(tmp_path):
     weights = write_checkpoint(tmp_path)
-    (tmp_path / "model.safetensors").unlink()
+    shard(tmp_path, weights)
     names = sorted(weights)
-    shards = {"model-00001-of-00002.safetensors": names[:20],
-              "model-00002-of-00002.safetensors": names[20:]}
-    for file, part in shards.items():
-        save_file({n: weights[n] for n in part}, str(tmp_path / file))
-    index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     state = load_parcae(tmp_path).state_dict()
     assert all(torch.equal(state[n], weights[n]) for n in names)
 
