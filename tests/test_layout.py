@@ -38,7 +38,8 @@ FLOORS = ("base", "stats", "looped", "weights", "preflight", "measure", "release
 # Top-level modules: the runner (base and preflight only, no stage depends on it) and the
 # whole params file (configure and the tools; it gathers every package's sections).
 TOP = {"stage": "preflight", "params": "render"}
-MEASURING = ("extract", "diagnose", "throughput", "convergence", "policies", "bench_exits",
+MEASURING = ("extract", "diagnose", "throughput", "recalibrate", "convergence", "policies",
+             "bench_exits", "outside_recalibrate",
              "outside_prepare", "outside_extract", "outside_diagnose", "outside_convergence",
              "outside_policies", "outside_bench_exits")
 # An outside model for the stages over `outside:`, which params.yaml leaves empty: they

@@ -199,7 +199,7 @@ def test_plan_sizes_an_outside_model_and_refuses_what_cannot_fit(monkeypatch):
     assert planned["device"] == "cpu" and planned["precision"] == "fp32" and planned["checked"]
     assert planned["r"] == 4 and planned["measure_hours"] > 0
     assert set(planned["measure_flops"]) == set(planned["memory_gib"]) == {
-        "extract", "diagnose", "convergence", "policies", "bench_exits"}
+        "extract", "diagnose", "convergence", "policies", "bench_exits", "recalibrate"}
     assert "outside huginn_tiny (huginn" in plan_outside.outside_lines({"huginn_tiny": planned})[0]
     gpu = plan_outside.plan_outside(params, device="cuda")["huginn_tiny"]
     assert (gpu["precision"], gpu["rate_source"]) == ("bf16", "assumed")

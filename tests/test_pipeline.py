@@ -72,6 +72,10 @@ def test_repro_writes_report_and_finite_metrics(reproduced):
     repo = reproduced
     html = repo / "reports" / "html" / "blind_spot.html"
     assert html.is_file() and "Hidden-state scale per loop" in html.read_text()
+    for cell in ("perloop_normed", "backbone"):  # the micro run's recalibrate.cells
+        recal = json.loads((repo / "metrics" / "recalibrate" / f"{cell}.json").read_text())
+        assert all(math.isfinite(q["ce_temperature"]) for q in recal["loops"].values()), cell
+    assert "Readout recalibration" in html.read_text()
     assert "<img" in html.read_text()  # the seaborn figure is embedded
     convergence = (repo / "reports" / "html" / "convergence.html").read_text()
     assert "Elasticity" in convergence and "<img" in convergence
@@ -203,7 +207,7 @@ def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
     # throughput times every cell side by side, so any retrained cell reruns it
     assert ran == {"configure", *(f"{s}@backbone" for s in PER_CELL), "bench_exits",
-                   "throughput", "headline", "plots", "claims", "report_blind_spot",
+                   "recalibrate@backbone", "throughput", "headline", "plots", "claims", "report_blind_spot",
                    "report_convergence", "report_index", "summary"}, out
     for cell in CELLS[:-1]:
         assert f"Stage 'train@{cell}' didn't change, skipping" in out
@@ -298,7 +302,8 @@ def test_bad_params_fail_before_training(tmp_path, key, value, message):
 
 
 OUTSIDE_STAGES = ("outside_prepare", "outside_extract", "outside_diagnose",
-                  "outside_convergence", "outside_policies", "outside_bench_exits")
+                  "outside_convergence", "outside_policies", "outside_bench_exits",
+                  "outside_recalibrate")
 
 
 def test_an_outside_model_runs_through_every_measuring_stage(tmp_path):
@@ -332,8 +337,14 @@ def test_an_outside_model_runs_through_every_measuring_stage(tmp_path):
     assert pol["exit_mode"] == "frozen" and pol["oracle"]["r"] == 4
     assert all("oracle" in pol[r] for r, m in pol.items() if isinstance(m, dict)
                and m.get("matched"))
-    for kind in ("diagnose", "sweep", "clamp", "convergence", "policies"):
+    for kind in ("diagnose", "sweep", "clamp", "convergence", "policies", "recalibrate"):
         assert (repo / "tables" / kind / "huginn_tiny.parquet").is_file(), kind
+    # ... and readout recalibration, shown in the blind-spot report beside the cells'
+    recal = json.loads((repo / "metrics" / "recalibrate" / "huginn_tiny.json").read_text())
+    assert recal["r"] == 4 and set(recal["loops"]) == {"1", "2", "3", "4"}
+    assert "ce_affine" in recal["loops"]["1"] and "ce_affine" in recal["loops"]["2"]
+    blind = (repo / "reports" / "html" / "blind_spot.html").read_text()
+    assert "Readout recalibration" in blind and "huginn_tiny" in blind
     bench = json.loads((repo / "metrics" / "bench" / "exits_huginn_tiny.json").read_text())
     assert bench["r"] == 4 and bench["scoring"]["seconds"], bench
     claims = json.loads((repo / "tables" / "claims.json").read_text())

@@ -409,6 +409,7 @@ def test_measuring_stages_are_dvc_yaml_s():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     counted = {**{s: "${cells}" for s in plan_module.PER_CELL_STAGES},
                **{s: "${policies.cells}" for s in plan_module.POLICY_STAGES},
+               **{s: "${recalibrate.cells}" for s in plan_module.RECALIBRATE_STAGES},
                **{s: None for s in plan_module.ONCE_STAGES + plan_module.REPORT_STAGES},
                **{s: "${outside}" for s in plan_outside.STAGES}}
     training = set(TRAINING)
@@ -417,7 +418,8 @@ def test_measuring_stages_are_dvc_yaml_s():
         assert stages[name].get("foreach") == foreach, name
     params = load_params(ROOT / "params.yaml")
     n = plan_module.measuring_stages(params)
-    assert sum(n.values()) == (3 * len(params.cells) + len(params.policies.cells) + 6 + 3)
+    assert sum(n.values()) == (3 * len(params.cells) + len(params.policies.cells)
+                               + len(params.recalibrate.cells) + 6 + 3)
 
 
 def test_the_hours_are_filled_on_this_cpu_and_brief_prints_the_totals():

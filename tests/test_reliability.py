@@ -389,7 +389,7 @@ TIMED = (f"{paths.METRICS}/throughput/", f"{paths.METRICS}/{paths.TRAIN_TIMINGS}
 # it has every source of randomness (sampled depth, noise initial state) and every stage.
 BACKBONE_CELL = "backbone"
 TARGETS = ["headline", f"diagnose@{BACKBONE_CELL}", f"convergence@{BACKBONE_CELL}",
-           f"extract@{BACKBONE_CELL}"]
+           f"extract@{BACKBONE_CELL}", f"recalibrate@{BACKBONE_CELL}"]
 
 
 def files_of(repo: Path, out: str) -> dict[str, bytes]:
@@ -411,6 +411,7 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
         repo = copy_repo(tmp_path / copy)
         params = yaml.safe_load((repo / "params.yaml").read_text())
         params["cells"] = {BACKBONE_CELL: params["cells"][BACKBONE_CELL]}
+        params["recalibrate"]["cells"] = [BACKBONE_CELL]
         (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
         repos.append(repo)
     jobs = [subprocess.Popen(["dvc", "repro", *TARGETS], cwd=repo, env=sh_env(), text=True,
@@ -421,7 +422,7 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
         assert job.returncode == 0, out[-3000:]
     one, two = repos
     first, second = (yaml.safe_load((r / "dvc.lock").read_text())["stages"] for r in repos)
-    assert first.keys() == second.keys() and len(first) == 8  # every stage but 4
+    assert first.keys() == second.keys() and len(first) == 9  # every stage but 4
     compared, timed = 0, 0
     for stage, entry in first.items():
         for out in entry["outs"]:
@@ -434,9 +435,9 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
                 differ = sorted(f for f in a.keys() | b.keys() if a.get(f) != b.get(f))
                 raise AssertionError(f"{stage}: {out['path']} differs: {differ}")
             compared += 1
-    # the train timings, and the stage timings of all but configure, are timed; 17 outputs
-    # compared, the per-seed clamp table of diagnose among them
-    assert (timed, compared) == (1 + 7, 17)
+    # the train timings, and the stage timings of all but configure, are timed; 19 outputs
+    # compared, the per-seed clamp table of diagnose and the recalibration's among them
+    assert (timed, compared) == (1 + 8, 19)
     model = str(paths.model_file(BACKBONE_CELL, SEED))  # what used to embed timings
     assert files_of(one, model) == files_of(two, model)
     assert "train_seconds" not in (one / paths.metrics_file("train", BACKBONE_CELL)).read_text()

@@ -26,6 +26,7 @@ from loopscope.measure.params import (
     ExtractConfig,
     PoliciesConfig,
 )
+from loopscope.measure.recalibrate_params import RecalibrateConfig
 from loopscope.render import params as render
 from loopscope.render.params import ReportConfig
 from loopscope.weights.config import ModelConfig, TrainConfig, choices
@@ -44,7 +45,9 @@ from loopscope.weights.params import (
 )
 from loopscope.weights.resolve import resolve_cell
 
-SECTIONS = render.SECTIONS  # every section: render's includes all below it
+# every section: render's includes all below it, but recalibrate's, declared apart so
+# that no other stage depends on it (loopscope.measure.recalibrate_params)
+SECTIONS = {**render.SECTIONS, "recalibrate": (RecalibrateConfig, None)}
 # Enumerated options: key path -> allowed values, from each field's Literal type.
 CHOICES: dict[str, tuple[str, ...]] = {
     f"{section}.{name}": allowed
@@ -66,6 +69,7 @@ class Params:
     bench: BenchConfig
     claims: ClaimsConfig
     report: ReportConfig
+    recalibrate: RecalibrateConfig
     cells: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     seeds: list[int] = field(default_factory=list)  # empty: each cell trains with train.seed
     # released models measured beside the cells (loopscope.weights.outside_config)
@@ -109,8 +113,8 @@ def load_params(path: str | Path = PARAMS) -> Params:
 
 
 def check_policy_cells(params: Any) -> None:
-    """policies.cells, bench.cell and convergence.kv_reuse name cells (dvc.yaml builds
-    stages from the first two), and
+    """policies.cells, bench.cell, convergence.kv_reuse and recalibrate.cells name cells
+    (dvc.yaml builds stages from policies.cells and recalibrate.cells), and
     every count rule's grid reaches each policy cell's depth R (its conservative end).
     params: the whole file (loopscope.params.Params)."""
     if not params.policies.cells:
@@ -119,7 +123,8 @@ def check_policy_cells(params: Any) -> None:
     for key, names, allowed in (("policies.cells", params.policies.cells, params.cells),
                                 ("bench.cell", [params.bench.cell], params.policies.cells),
                                 ("convergence.kv_reuse", params.convergence.kv_reuse,
-                                 params.cells)):
+                                 params.cells),
+                                ("recalibrate.cells", params.recalibrate.cells, params.cells)):
         for name in names:
             if name not in allowed:
                 hint = difflib.get_close_matches(name, list(allowed), n=1)
@@ -127,6 +132,9 @@ def check_policy_cells(params: Any) -> None:
                 raise ParamsError(f"'{key}' names '{name}', which is not {where}."
                                   + (f" Did you mean '{hint[0]}'?" if hint else "")
                                   + f" Allowed: {', '.join(allowed)}.")
+    if not params.recalibrate.cells:
+        raise ParamsError("'recalibrate.cells' is empty; name at least one cell to "
+                          "recalibrate (the blind-spot report reads its section from them).")
     for rule in (r for r, v in RULES.items() if v.counts):
         grid = params.policies.grids.get(rule)
         for name in params.policies.cells if grid else []:

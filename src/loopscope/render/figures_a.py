@@ -139,3 +139,24 @@ def clamp(per_loop: pd.DataFrame, modes: list[str]) -> Drawn:
            "validation CE when the clamp is applied, a bar per cell and loop "
            "(above 0: the clamp hurts).")
     return done(fig, alt)
+
+
+def recalibration(rows: pd.DataFrame) -> Drawn:
+    """Per recalibrated cell (pooled runs), the CE at each loop as trained, with the
+    fitted temperature and with the affine readout, against the loop (recalibrate.cells
+    names at least one)."""
+    pooled = rows[rows["run"].str.startswith(("pooled", "one"))]
+    cells = list(dict.fromkeys(pooled["cell"]))
+    fig, axes = plt.subplots(1, len(cells), figsize=(3.4 * len(cells) + 1, 4), squeeze=False)
+    for ax, cell in zip(axes[0], cells, strict=True):
+        c = pooled[pooled["cell"] == cell]
+        for column, style, label in (("CE", "o-", "as trained"),
+                                     ("CE temperature", "s--", "temperature"),
+                                     ("CE affine", "D", "affine")):
+            ax.plot(c["loop"], c[column], style, label=label)
+        ax.set(xlabel="loop r", ylabel="CE (nats, out of fold)", title=cell)
+        ax.legend(fontsize=8)
+    alt = (f"Line charts, one per recalibrated cell ({', '.join(cells)}): validation CE at "
+           "each loop through the readout as trained, with a fitted temperature, and with a "
+           "fitted affine readout (points where fitted); lower is better.")
+    return done(fig, alt)

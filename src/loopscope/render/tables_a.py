@@ -15,6 +15,8 @@ from loopscope.base.outputs import loop_order, read_metrics, read_table
 from loopscope.judge.cells import cell_group, control, recipe
 from loopscope.judge.paper_a import PAPER_CONTROL_NORMS, PAPER_DRIFT_NORMS
 from loopscope.measure.per_loop.sweep import sweep_means
+from loopscope.render.report_tables import outside_names
+from loopscope.stats.intervals import Interval
 from loopscope.weights.config import load_cell
 
 
@@ -177,3 +179,87 @@ def final_norms_view(per_loop: pd.DataFrame, cells: pd.DataFrame) -> Styler:
     3 significant digits."""
     return (final_loop_norms(per_loop, cells["loops"]).join(paper_norms(cells))
             .style.format("{:.3g}", subset=list(NORM_STATS), na_rep="-"))
+
+
+def recalibration_cells(cells: list[str]) -> list[str]:
+    """The cells recalibrated (recalibrate.cells: metrics/recalibrate/<cell>.json), then
+    the outside models of tables/claims.json (each is recalibrated)."""
+    names = [*cells, *outside_names()]
+    return [c for c in names if paths.metrics_file("recalibrate", c).is_file()]
+
+
+def _recovered(raw: dict | None) -> str:
+    if raw is None:
+        return "-"
+    iv = Interval.of(raw)
+    return f"{iv.value:.4f} [{iv.lo:.4f}, {iv.hi:.4f}]"
+
+
+def _share(raw: dict | None) -> str:
+    if raw is None:
+        return "no gap"
+    iv = Interval.of(raw)
+    return f"{iv.value:.0%} [{iv.lo:.0%}, {iv.hi:.0%}]"
+
+
+def recalibration_rows(cells: list[str]) -> pd.DataFrame:
+    """A row per recalibrated cell, run (pooled, then each seed) and loop: the mean CE as
+    trained, with the temperature and with the affine readout (NaN: none fitted there),
+    the gap to depth R and what each recovers, with their intervals as numbers."""
+    rows = []
+    for cell in recalibration_cells(cells):
+        m = read_metrics("recalibrate", cell)
+        seeds = m.get("per_seed", {})
+        runs = [(f"pooled ({len(seeds)} seeds)" if seeds else "one seed", m), *seeds.items()]
+        for run, q in runs:
+            for loop, row in q["loops"].items():
+                rows.append({
+                    "cell": cell, "run": run, "loop": int(loop), "R": q["r"],
+                    "CE": row["ce"], "CE temperature": row["ce_temperature"],
+                    "CE affine": row.get("ce_affine", np.nan), "gap": row["gap"],
+                    "T": float(np.mean(row["temperatures"])),
+                    "temperature": row["temperature"], "affine": row.get("affine")})
+    return pd.DataFrame(rows)
+
+
+def recalibration_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """recalibration_rows for reading: the gap and the recoveries in nats with their
+    intervals, and the share of the gap ("no gap" where the gap's interval reaches 0)."""
+    if rows.empty:
+        return rows
+    out = rows[["cell", "run", "loop", "CE", "T"]].copy()
+    out["gap to R (nats)"] = rows["gap"].map(_recovered)
+    for name in ("temperature", "affine"):
+        out[f"{name} recovers (nats)"] = rows[name].map(
+            lambda r: _recovered(r["nats"]) if r else "-")
+        out[f"{name} share of gap"] = rows[name].map(
+            lambda r: _share(r["share"]) if r else "-")
+    return out.set_index(["cell", "run", "loop"])
+
+
+def recalibration_view(rows: pd.DataFrame) -> Styler | pd.DataFrame:
+    """recalibration_table styled for the report (CE and T to 4 digits)."""
+    table = recalibration_table(rows)
+    return table if table.empty else table.style.format("{:.4f}", subset=["CE", "T"])
+
+
+def recalibration_line(cells: list[str]) -> str:
+    """What the recalibration table measures, with the fits' sizes, in words."""
+    names = recalibration_cells(cells)
+    if not names:
+        return "No cell was recalibrated (`recalibrate.cells`)."
+    m = read_metrics("recalibrate", names[0])
+    return (f"**Readout recalibration** (Depth Control Protocol, arXiv 2609.19934), on "
+            f"{', '.join(names)}: at each loop r <= R, the CE of the loop's readout as "
+            "trained, with a fitted temperature (every loop) and with a fitted affine "
+            "readout (the state mapped to h + hW^T + b before the readout, its temperature "
+            "refitted, at the loops `recalibrate.affine_at` names), the model frozen. The "
+            f"extract's windows' {m['units']} units are dealt into {m['folds']} folds; each "
+            f"fold is scored by the fits on the others (at least {m['fit_tokens']:,} tokens "
+            f"fitted, {m['scored_tokens']:,} scored per seed; the affine map's ridge "
+            f"{m['ridge']:g}, {m['iterations']} L-BFGS iterations). What a recalibration "
+            "recovers was in the state, unread: the share is read only where the gap to "
+            "depth R is clearly above zero (its interval excludes 0). The paper reports, "
+            "for Huginn at r = 1 of 32 (a 1.717-nat gap), 0.5% by a temperature and 5.8% by "
+            "an affine readout. Intervals: 95%, units resampled (and seeds, pooled). An "
+            "extension: no claim row reads it.")

@@ -32,11 +32,24 @@ def bench_flops(params: Params, c: Cost, t: int, k: int) -> float:
     return float(jobs * (params.bench.repeats + 1) * params.convergence.windows * t * full)
 
 
-def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bool
-                ) -> dict[str, float]:
+def recalibrate_flops(params: Params, c: Cost, t: int, k: int) -> float:
+    """One run's recalibration (loopscope.measure.per_loop.recalibrate), in readouts R per
+    token of the extract's windows: every loop read once (k R); then per affine loop and
+    fold, L-BFGS's evaluations (about 1.25 per iteration) of a forward and backward
+    readout (3 R) over the other folds' tokens, and the fold scored (R). The
+    temperature's fits reread stored logits: no readout."""
+    r = params.recalibrate
+    folds, fitted = r.folds, len(r.affine_loops(k))
+    evals = 1.25 * r.iterations * 3 * (folds - 1) / folds + 1 / folds
+    return params.extract.val_sequences * t * c.readout * (k + fitted * folds * evals)
+
+
+def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bool,
+                recalibrate: bool = False) -> dict[str, float]:
     """The forward FLOPs of the per-model measuring stages (measuring_flops' extract,
-    diagnose, convergence and, where `policies`, policies) of `runs` runs of a model of
-    cost c, windows of t tokens and depth k: a cell's, or an outside model's (one run)."""
+    diagnose, convergence and, where `policies`, policies; where `recalibrate`,
+    recalibrate) of `runs` runs of a model of cost c, windows of t tokens and depth k: a
+    cell's, or an outside model's (one run)."""
     full = c.prelude + k * (c.loop + c.readout)  # a uniform pass to K, reading every loop
     d, cv = params.diagnose, params.convergence
     depth = max(d.sweep_depth, k)
@@ -47,6 +60,8 @@ def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bo
                                                   + 4 * k * c.readout + CLAMP_PASSES * full),
         "convergence": runs * 3 * cv.windows * t * (c.prelude + conv * (c.loop + c.readout)),
     }
+    if recalibrate:
+        out["recalibrate"] = runs * recalibrate_flops(params, c, t, k)
     if policies:
         grid = sum(c.prelude + k * c.loop + c.readout
                    + (k - 1) * c.readout * KNOWN[rule].needs_logits

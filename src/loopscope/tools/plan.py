@@ -89,6 +89,7 @@ from loopscope.weights.resolve import resolve_cell
 # once; the reports. Training's own (timings.TRAINING) are timed by their FLOPs.
 PER_CELL_STAGES = ("extract", "diagnose", "convergence")
 POLICY_STAGES = ("policies",)
+RECALIBRATE_STAGES = ("recalibrate",)  # once per recalibrate.cells
 ONCE_STAGES = ("throughput", "bench_exits", "headline", "claims", "plots", "summary")
 REPORT_STAGES = ("report_blind_spot", "report_convergence", "report_index")
 
@@ -144,6 +145,9 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
       policies     (policies.cells) the probe set's trajectory to K, then on each of
                    two sets uniform depth K and every grid setting through the masked
                    forward: P + K L + R, plus (K - 1) R for a rule that reads logits
+      recalibrate  (recalibrate.cells) every loop read once, then per affine loop and fold
+                   about 1.25 x recalibrate.iterations forward and backward readouts
+                   (3 R) on the other folds' tokens (flops.recalibrate_flops)
       bench_exits  (bench.cell, its first run) the scoring mode's six jobs (uniform
                    depths R and B, the three timed policies, A1's masked forward),
                    each once untimed and in bench.repeats rounds, each at most
@@ -152,7 +156,8 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     """
     m, d = cell.model, params.diagnose
     c, t, k = cost(m), m.context, m.loops
-    per_model = model_flops(params, c, t, k, len(cell.seeds), name in params.policies.cells)
+    per_model = model_flops(params, c, t, k, len(cell.seeds), name in params.policies.cells,
+                            name in params.recalibrate.cells)
     out = {stage: per_model[stage] for stage in ("extract", "diagnose")}
     out["throughput"] = t * (d.batch_size * (c.prelude + k * c.loop + c.readout)
                              + d.timing_repeats * d.timing_windows
@@ -168,6 +173,7 @@ def measuring_stages(params: Params) -> dict[str, int]:
     """How many measuring stages of each kind dvc.yaml builds from these params."""
     n = {stage: len(params.cells) for stage in PER_CELL_STAGES}
     n.update({stage: len(params.policies.cells) for stage in POLICY_STAGES})
+    n.update({stage: len(params.recalibrate.cells) for stage in RECALIBRATE_STAGES})
     n.update({stage: 1 for stage in (*ONCE_STAGES, *REPORT_STAGES)})
     return n
 

@@ -29,7 +29,7 @@ from loopscope.weights import compute
 from loopscope.weights.outside_config import OutsideConfig
 
 STAGES = ("outside_prepare", "outside_extract", "outside_diagnose", "outside_convergence",
-          "outside_policies", "outside_bench_exits")
+          "outside_policies", "outside_bench_exits", "outside_recalibrate")
 
 
 def batches(params: Params) -> dict[str, tuple[str, int, bool, bool]]:
@@ -41,7 +41,11 @@ def batches(params: Params) -> dict[str, tuple[str, int, bool, bool]]:
                             False),
             "policies": ("policies.batch_size", params.policies.batch_size, True, False),
             # the exit runtime's scoring, at the policies' batch, reading logits
-            "bench_exits": ("policies.batch_size", params.policies.batch_size, True, False)}
+            "bench_exits": ("policies.batch_size", params.policies.batch_size, True, False),
+            # the readout's fits, reading logits (one loop's of every window are held
+            # besides: the stage's own check, recalibrate.LOGITS_BYTES)
+            "recalibrate": ("recalibrate.batch_size", params.recalibrate.batch_size, True,
+                            False)}
 
 
 def assumed(cfg: OutsideConfig, device: str | None) -> tuple[str, bool]:
@@ -91,7 +95,7 @@ def stage_flops(params: Params, c: Cost, context: int, loops: int) -> dict[str, 
     """The forward FLOPs of an outside model's measuring stages (one run, of cost c,
     windows of `context` tokens, read at R = loops): what plan prices it by, and what
     loopscope.tools.budget sizes the keys against."""
-    flops = model_flops(params, c, context, loops, 1, True)
+    flops = model_flops(params, c, context, loops, 1, True, True)
     flops["bench_exits"] = bench_flops(params, c, context, loops)
     return flops
 
