@@ -207,8 +207,8 @@ def test_exp_run_reruns_only_the_cells_that_inherit_the_change(repo):
     ran = {line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")}
     # throughput times every cell side by side, so any retrained cell reruns it
     assert ran == {"configure", *(f"{s}@backbone" for s in PER_CELL), "bench_exits",
-                   "recalibrate@backbone", "throughput", "headline", "plots", "claims", "report_blind_spot",
-                   "report_convergence", "report_index", "summary"}, out
+                   "recalibrate@backbone", "throughput", "headline", "plots", "claims",
+                   "report_blind_spot", "report_convergence", "report_index", "summary"}, out
     for cell in CELLS[:-1]:
         assert f"Stage 'train@{cell}' didn't change, skipping" in out
     assert "Stage 'prepare' didn't change, skipping" in out
