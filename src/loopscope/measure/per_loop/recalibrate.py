@@ -37,6 +37,7 @@ from loopscope.base.errors import DataError
 from loopscope.looped.interface import LoopedModel
 from loopscope.measure.recalibrate_params import RecalibrateConfig
 from loopscope.stats.intervals import Documents, Interval, Sample
+from loopscope.weights.model import token_ce
 
 LOGITS_BYTES = 4 * 2**30  # one loop's float32 logits, held for the temperature's fits
 Read = Callable[[Tensor], Tensor]  # states (B, T, d) -> logits (B, T, V)
@@ -214,8 +215,7 @@ def recalibrate_run(model: LoopedModel, states: np.ndarray, y: Tensor, units: np
 
 def _token_ce(logits: Tensor, y: Tensor) -> np.ndarray:
     """Per-token CE (reading order, float64) of logits (n, T, V) against y (n, T)."""
-    ce = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
-    return ce.double().cpu().numpy()
+    return token_ce(logits.flatten(0, 1), y.flatten()).double().cpu().numpy()
 
 
 def _sample(runs: list[RunRecalibration], resamples: int, key: str) -> Sample:
