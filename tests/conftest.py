@@ -1,20 +1,28 @@
-"""What several test files share: the tiny model, its training corpus and cell, and the
-one from-scratch micro `dvc repro` of the end-to-end tests (`reproduced`).
+"""What several test files share: the tiny model, its training corpus and cell, the
+released layouts' checkpoint writer, loader and loop-by-loop comparison with their
+published implementations, and the one from-scratch micro `dvc repro` of the
+end-to-end tests (`reproduced`).
 
 Imported as a module (`from conftest import ...`): pytest puts tests/ on sys.path.
 """
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from micro import ROOT, reproduce
 from safetensors.torch import save_file
+from torch import nn
 
 from loopscope import stage
 from loopscope.measure.exit_rules.exits import Policy
+from loopscope.released import loader
+from loopscope.released.layouts import LAYOUTS
 from loopscope.weights.config import CellConfig, TrainConfig
 from loopscope.weights.model import LoopedLM, ModelConfig
 
@@ -53,10 +61,19 @@ def random_checkpoint(directory: Path, config: dict, parameters: dict, drop: str
     return weights
 
 
-def shard(directory: Path, weights: dict[str, torch.Tensor], first: int = 20) -> None:
-    """Split a checkpoint's model.safetensors into two shards (the first `first` names
+def loader_of(layout: str) -> Callable[..., nn.Module]:
+    """The shared loader (loopscope.released.loader) with one registered layout:
+    load(directory, dtype=torch.float32, device="cpu")."""
+    def load(directory: Path, dtype: Any = torch.float32, device: str = "cpu") -> nn.Module:
+        return loader.load(directory, LAYOUTS[layout], dtype, device)
+    return load
+
+
+def check_sharded_load(directory: Path, weights: dict[str, torch.Tensor],
+                       load: Callable[[Path], nn.Module], first: int = 20) -> None:
+    """Split the checkpoint's model.safetensors into two shards (the first `first` names
     in sorted order, then the rest) and the index that maps them, as large released
-    checkpoints are stored."""
+    checkpoints are stored; then load(directory) must hold every weight, by name."""
     (directory / "model.safetensors").unlink()
     names = sorted(weights)
     shards = {"model-00001-of-00002.safetensors": names[:first],
@@ -65,6 +82,35 @@ def shard(directory: Path, weights: dict[str, torch.Tensor], first: int = 20) ->
         save_file({n: weights[n] for n in part}, str(directory / file))
     index = {"weight_map": {n: f for f, part in shards.items() for n in part}}
     (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    state = load(directory).state_dict()
+    assert all(torch.equal(state[n], weights[n]) for n in names)
+
+
+@torch.no_grad()
+def check_published_loops(model: nn.Module, ref: dict[str, np.ndarray], positions: str,
+                          tol: dict[str, float], states: str = "states",
+                          initial: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                          also: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
+                          ) -> None:
+    """A released layout against its published implementation, loop by loop: the inputs
+    e, then at every loop k of the reference (reference.npz, its `positions` prefix: ""
+    or "spread_") the state H_k = step(carry(H_{k-1})) against ref[states][k - 1] and
+    read(H_k) against the published logits. initial(e) gives H_0 where the reference
+    holds none (default: its "initial"); also(k, H_k, positions) checks more per loop."""
+    def at(name: str) -> torch.Tensor:
+        return torch.from_numpy(ref[positions + name])
+
+    pos = at("positions")
+    e = model.inputs(torch.from_numpy(ref["tokens"]), positions=pos)
+    torch.testing.assert_close(e, at("inputs"), **tol)
+    h = at("initial") if initial is None else initial(e)
+    for k in range(1, int(ref["steps"]) + 1):
+        h = model.step(model.carry(h, first=k == 1), e, k=k, positions=pos)
+        torch.testing.assert_close(h, at(states)[k - 1], **tol)
+        logits = model.read(h, last=k == model.loops, positions=pos)
+        torch.testing.assert_close(logits, at("logits")[k - 1], **tol)
+        if also is not None:
+            also(k, h, pos)
 
 
 def tiny_model(**overrides) -> LoopedLM:

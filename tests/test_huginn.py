@@ -42,7 +42,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import Scripted, random_checkpoint, shard
+from conftest import (
+    Scripted,
+    check_published_loops,
+    check_sharded_load,
+    loader_of,
+    random_checkpoint,
+)
 from safetensors import safe_open
 from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -52,16 +58,9 @@ from loopscope.measure.bench.runtime import generate, score
 from loopscope.measure.exit_rules.exits import KL
 from loopscope.measure.exit_rules.masked import masked_forward
 from loopscope.measure.per_loop.sweep import measure, summarize
-from loopscope.released import loader
 from loopscope.released.huginn import HuginnConfig, HuginnLM
-from loopscope.released.layouts import LAYOUTS as REGISTRY
 
-
-def load_huginn(directory, dtype=torch.float32, device="cpu"):
-    """The shared loader (loopscope.released.loader) with Huginn's layout."""
-    return loader.load(directory, REGISTRY["huginn"], dtype, device)
-
-
+load_huginn = loader_of("huginn")
 FIXTURES = Path(__file__).parent / "fixtures"
 LAYOUTS = json.loads((FIXTURES / "huginn_names.json").read_text())
 REFERENCES = ("huginn_tiny", "huginn_tiny_untied")
@@ -158,11 +157,7 @@ def test_the_published_extras_are_accepted_and_checked(tmp_path):
 
 
 def test_sharded_weights_load_through_their_index(tmp_path):
-    weights = write_checkpoint(tmp_path)
-    shard(tmp_path, weights)
-    names = sorted(weights)
-    state = load_huginn(tmp_path).state_dict()
-    assert all(torch.equal(state[n], weights[n]) for n in names)
+    check_sharded_load(tmp_path, write_checkpoint(tmp_path), load_huginn)
 
 
 # --------------------------------------------- the comparison with the published model
@@ -185,20 +180,8 @@ def loop_logits(model: HuginnLM, ref: dict[str, np.ndarray], positions: str) -> 
 
 @pytest.mark.parametrize("positions", ["", "spread_"], ids=["default", "spread"])
 @pytest.mark.parametrize("layout", [*REFERENCES, BF16_TABLE])
-@torch.no_grad()
 def test_states_and_logits_match_the_published_implementation_loop_by_loop(layout, positions):
-    model, ref = reference(layout)
-    idx = torch.from_numpy(ref["tokens"])
-    pos = torch.from_numpy(ref[positions + "positions"])
-    e = model.inputs(idx, positions=pos)
-    torch.testing.assert_close(e, torch.from_numpy(ref[positions + "inputs"]), **TOL)
-    h = torch.from_numpy(ref[positions + "initial"])
-    for k in range(1, int(ref["steps"]) + 1):
-        h = model.step(model.carry(h, first=k == 1), e, k=k, positions=pos)
-        torch.testing.assert_close(h, torch.from_numpy(ref[positions + "states"][k - 1]), **TOL)
-        logits = model.read(h, last=k == model.loops, positions=pos)
-        torch.testing.assert_close(logits, torch.from_numpy(ref[positions + "logits"][k - 1]),
-                                   **TOL)
+    check_published_loops(*reference(layout), positions, TOL)
 
 
 @pytest.mark.parametrize("positions", ["", "spread_"], ids=["default", "spread"])

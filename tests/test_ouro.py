@@ -46,7 +46,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_checkpoint, shard
+from conftest import check_published_loops, check_sharded_load, loader_of, random_checkpoint
 
 from loopscope.base.errors import CheckpointError, ParamsError
 from loopscope.looped.interface import LoopedModel, run_loops
@@ -60,10 +60,7 @@ from loopscope.released.layouts import LAYOUTS
 from loopscope.released.ouro import OuroConfig, OuroLM
 from loopscope.weights.outside_config import OutsideConfig
 
-
-def load_ouro(directory, dtype=torch.float32, device="cpu"):
-    """The shared loader (loopscope.released.loader) with Ouro's layout."""
-    return loader.load(directory, LAYOUTS["ouro"], dtype, device)
+load_ouro = loader_of("ouro")
 
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -151,11 +148,7 @@ def test_a_config_of_another_layout_and_missing_files_fail_naming_them(tmp_path)
 
 
 def test_sharded_weights_load_through_their_index(tmp_path):
-    weights = write_checkpoint(tmp_path)
-    shard(tmp_path, weights, first=12)
-    names = sorted(weights)
-    state = load_ouro(tmp_path).state_dict()
-    assert all(torch.equal(state[n], weights[n]) for n in names)
+    check_sharded_load(tmp_path, write_checkpoint(tmp_path), load_ouro, first=12)
 
 
 def test_a_tied_head_is_the_embedding(tmp_path):
@@ -179,27 +172,25 @@ def test_a_tied_head_is_the_embedding(tmp_path):
 
 
 @pytest.mark.parametrize("positions", ["", "spread_"], ids=["default", "spread"])
-@torch.no_grad()
 def test_states_logits_and_gates_match_the_published_implementation_loop_by_loop(positions):
     """H_k is the last decoder layer's output; carry(H_k) is the normed state the
     published forward lists and hands on; read and exit_score give its logits and gate
     probability, at every loop, past total_ut_steps too."""
     model, ref = reference()
-    idx = torch.from_numpy(ref["tokens"])
-    pos = torch.from_numpy(ref[positions + "positions"])
-    e = model.inputs(idx, positions=pos)
-    torch.testing.assert_close(e, torch.from_numpy(ref[positions + "inputs"]), **TOL)
-    h = model.initial_state(e)
-    assert h is e and not model.random_state  # H_0 is the embedding itself
-    for k in range(1, int(ref["steps"]) + 1):
-        h = model.step(model.carry(h, first=k == 1), e, k=k, positions=pos)
-        at = {name: torch.from_numpy(ref[positions + name][k - 1])
-              for name in ("core_states", "states", "logits", "gates")}
-        torch.testing.assert_close(h, at["core_states"], **TOL)
+    assert not model.random_state  # H_0 is the embedding itself
+
+    def initial(e: torch.Tensor) -> torch.Tensor:
+        h = model.initial_state(e)
+        assert h is e
+        return h
+
+    def carried_and_gate(k: int, h: torch.Tensor, _: torch.Tensor) -> None:
+        at = {name: torch.from_numpy(ref[positions + name][k - 1]) for name in ("states", "gates")}
         torch.testing.assert_close(model.carry(h), at["states"], **TOL)
-        torch.testing.assert_close(model.read(h, last=k == model.loops, positions=pos),
-                                   at["logits"], **TOL)
         torch.testing.assert_close(model.exit_score(h), at["gates"], **TOL)
+
+    check_published_loops(model, ref, positions, TOL, states="core_states",
+                          initial=initial, also=carried_and_gate)
 
 
 @torch.no_grad()

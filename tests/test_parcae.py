@@ -64,7 +64,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import Scripted, random_checkpoint, shard
+from conftest import (
+    Scripted,
+    check_published_loops,
+    check_sharded_load,
+    loader_of,
+    random_checkpoint,
+)
 
 from loopscope.base.errors import CheckpointError
 from loopscope.looped.interface import LoopedModel, run_loops
@@ -85,9 +91,7 @@ SPEC = SPECS["parcae_tiny"]
 TOL = {"rtol": 1e-5, "atol": 1e-5}  # float32 across machines; here the match is exact
 
 
-def load_parcae(directory, dtype=torch.float32, device="cpu"):
-    """The shared loader (loopscope.released.loader) with Parcae's layout."""
-    return loader.load(directory, LAYOUTS["parcae"], dtype, device)
+load_parcae = loader_of("parcae")
 
 
 def write_checkpoint(directory: Path, drop: str = "", extra: dict | None = None,
@@ -185,33 +189,17 @@ def test_the_published_extras_are_accepted_and_checked(tmp_path):
 
 
 def test_sharded_weights_load_through_their_index(tmp_path):
-    weights = write_checkpoint(tmp_path)
-    shard(tmp_path, weights)
-    names = sorted(weights)
-    state = load_parcae(tmp_path).state_dict()
-    assert all(torch.equal(state[n], weights[n]) for n in names)
+    check_sharded_load(tmp_path, write_checkpoint(tmp_path), load_parcae)
 
 
 # --------------------------------------------- the comparison with the published model
 
 
 @pytest.mark.parametrize("positions", ["", "spread_"], ids=["default", "spread"])
-@torch.no_grad()
 def test_states_and_logits_match_the_published_implementation_loop_by_loop(positions):
     """e is the prelude's output after ln_prelude; each loop's state is the last core
     block's output; read gives the published forward's logits at that many loops."""
-    model, ref = reference()
-    idx = torch.from_numpy(ref["tokens"])
-    pos = torch.from_numpy(ref[positions + "positions"])
-    e = model.inputs(idx, positions=pos)
-    torch.testing.assert_close(e, torch.from_numpy(ref[positions + "inputs"]), **TOL)
-    h = torch.from_numpy(ref[positions + "initial"])
-    for k in range(1, int(ref["steps"]) + 1):
-        h = model.step(model.carry(h, first=k == 1), e, k=k, positions=pos)
-        torch.testing.assert_close(h, torch.from_numpy(ref[positions + "states"][k - 1]), **TOL)
-        logits = model.read(h, last=k == model.loops, positions=pos)
-        torch.testing.assert_close(logits, torch.from_numpy(ref[positions + "logits"][k - 1]),
-                                   **TOL)
+    check_published_loops(*reference(), positions, TOL)
 
 
 @torch.no_grad()

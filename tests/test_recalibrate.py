@@ -1,7 +1,7 @@
 """Readout recalibration: a known temperature and a known affine distortion of the
 readout are recovered exactly; folds keep a unit's windows together; the share of the
 gap is read only where there is a gap; a run on a model of the interface scores every
-token out of fold."""
+token out of fold, the same whether it holds a loop's logits or reads them anew."""
 
 
 import numpy as np
@@ -13,6 +13,7 @@ from torch import nn
 
 from loopscope.base.errors import DataError, ParamsError
 from loopscope.looped.interface import run_loops
+from loopscope.measure.per_loop import recalibrate
 from loopscope.measure.per_loop.recalibrate import (
     Affine,
     RunRecalibration,
@@ -123,6 +124,31 @@ def test_a_run_scores_every_token_out_of_fold_through_the_interface():
     assert len(table) == 3 * 8 * 16 and set(table["loop"]) == {1, 2, 3}
     with pytest.raises(DataError, match="extract stage"):
         recalibrate_run(model, states[:2], y, units, 42, cfg)
+
+
+def test_logits_too_large_to_hold_are_read_anew_to_the_same_numbers(monkeypatch):
+    """Past LOGITS_BYTES (an outside model's 65k ids over the extract's windows) a loop's
+    logits are read from the states at every step of the temperature's fit instead of
+    held: the same CEs and temperatures, on one batch's memory."""
+    model = tiny_model(loops=2)
+    x = tiny_tokens(b=6)
+    y = torch.roll(x, -1, dims=1)
+    initial, hs = run_loops(model, x, 2)
+    states = torch.stack([initial, *hs]).flatten(1, 2).detach().numpy()
+    cfg = RecalibrateConfig(iterations=3, bootstrap=100, batch_size=4, affine_at=[0.0])
+    units = np.array([0, 1, 1, 2, 3, 3])
+    held = recalibrate_run(model, states, y, units, 42, cfg)
+    read = []
+    monkeypatch.setattr(recalibrate, "LOGITS_BYTES", 0)
+    monkeypatch.setattr(model, "read", lambda h, last=True: read.append(1) or
+                        type(model).read(model, h, last))
+    again = recalibrate_run(model, states, y, units, 42, cfg)
+    for k in (1, 2):
+        np.testing.assert_allclose(again.ce[k], held.ce[k], rtol=1e-6)
+        np.testing.assert_allclose(again.temperature[k], held.temperature[k], rtol=1e-5)
+        np.testing.assert_allclose(again.temperatures[k], held.temperatures[k], rtol=1e-5)
+    np.testing.assert_allclose(again.affine[1], held.affine[1], rtol=1e-5)
+    assert len(read) > 2 * 2 * 5  # read anew: more than once per fold and loop
 
 
 def test_recalibrate_cells_and_values_are_checked_by_name():

@@ -49,7 +49,13 @@ from tokenizers import Tokenizer
 
 from loopscope.base.errors import CheckpointError
 from loopscope.looped.types import KV, Cost, Spec, Specified
-from loopscope.released.layouts import Files, checked_positions, register
+from loopscope.released.layouts import (
+    Files,
+    LayoutReader,
+    checked_positions,
+    register,
+    tied_head,
+)
 
 ROTARY_TABLE = "freqs_cis"  # the published model's rotary table, saved with its weights
 TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints also hold
@@ -483,27 +489,22 @@ class HuginnLM(Specified, nn.Module):
 
     @property
     def head_weight(self) -> torch.Tensor:
-        """The readout's matrix: the embedding when tied, else lm_head's."""
-        return self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+        """The readout's matrix (tied_head)."""
+        return tied_head(self.transformer, "wte", self.lm_head)
 
     def reader(self) -> HuginnReader:
         """The modules read runs, sharing this model's parameters (HuginnReader)."""
         return HuginnReader(self)
 
 
-class HuginnReader(nn.Module):
-    """What HuginnLM.read runs (ln_f, the coda, the head: the embedding when tied, else
-    lm_head) with the model's own modules under the same names: its forward is
-    HuginnLM.read, the same code, so a float64 copy (loopscope.measure.per_loop.sweep) holds the
-    readout alone."""
+class HuginnReader(LayoutReader):
+    """What HuginnLM.read runs: ln_f, the coda, the head, and the rotary table the coda
+    attends with (LayoutReader)."""
 
     def __init__(self, model: HuginnLM) -> None:
-        super().__init__()
-        self.cfg, self.rotary, self.lm_head = model.cfg, model.rotary, model.lm_head
         parts = dict(coda=model.transformer.coda, ln_f=model.transformer.ln_f)
-        if model.lm_head is None:  # tied: the embedding is the head
-            parts["wte"] = model.transformer.wte
-        self.transformer = nn.ModuleDict(parts)
+        super().__init__(model, "transformer", parts, "wte")
+        self.rotary = model.rotary
 
     forward = HuginnLM.read
     _rope = HuginnLM._rope

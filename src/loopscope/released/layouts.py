@@ -95,6 +95,29 @@ def layout(name: str, key: str = "adapter") -> Layout:
     return LAYOUTS[name]
 
 
+class LayoutReader(nn.Module):
+    """What a layout's read runs, with the model's own modules under the same names, so
+    that a float64 copy of it (loopscope.measure.per_loop.sweep) holds the readout
+    alone. Each layout's reader subclasses it and takes its model's read (the same code)
+    as forward: `parts`, the readout's modules by name, under `tree` (the attribute the
+    layout keeps its modules under), with the embedding (`embedding`, its name there)
+    where it is the head (tied: the model has no lm_head)."""
+
+    def __init__(self, model: nn.Module, tree: str, parts: dict[str, nn.Module],
+                 embedding: str) -> None:
+        super().__init__()
+        self.cfg, self.lm_head = model.cfg, model.lm_head
+        if model.lm_head is None:
+            parts = {**parts, embedding: getattr(getattr(model, tree), embedding)}
+        setattr(self, tree, nn.ModuleDict(parts))
+
+
+def tied_head(tree: nn.Module, embedding: str, lm_head: nn.Linear | None) -> torch.Tensor:
+    """The readout's matrix: the embedding (tree's module named `embedding`) when tied
+    (no lm_head), else lm_head's. A reader holds the embedding only when tied."""
+    return getattr(tree, embedding).weight if lm_head is None else lm_head.weight
+
+
 def checked_positions(t: int, positions: torch.Tensor | None, context: int,
                       device: torch.device | str) -> torch.Tensor:
     """The positions of a call on T tokens, on the device: 0 .. T - 1 by default (refusing

@@ -52,7 +52,7 @@ from tokenizers import Tokenizer
 
 from loopscope.looped.types import KV, Cost, Spec, Specified
 from loopscope.released.huginn import widened
-from loopscope.released.layouts import checked_positions, register
+from loopscope.released.layouts import LayoutReader, checked_positions, register, tied_head
 
 TIED_HEAD = "lm_head.weight"  # a copy of the embedding some tied checkpoints also hold
 
@@ -398,29 +398,19 @@ class OuroLM(Specified, nn.Module):
 
     @property
     def head_weight(self) -> torch.Tensor:
-        """The readout's matrix: the embedding when tied, else lm_head's."""
-        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        """The readout's matrix (tied_head)."""
+        return tied_head(self.model, "embed_tokens", self.lm_head)
 
     def reader(self) -> OuroReader:
         """The modules read runs, sharing this model's parameters (OuroReader)."""
         return OuroReader(self)
 
 
-# OuroReader has HuginnReader's shape (released/huginn.py) over another module tree: each
-# reader names its own layout's modules, which is what one file per layout is for.
-class OuroReader(nn.Module):
-    """What OuroLM.read runs (the final norm and the head: the embedding when tied, else
-    lm_head) with the model's own modules under the same names: its forward is
-    OuroLM.read, the same code, so a float64 copy (loopscope.measure.per_loop.sweep) holds the
-    readout alone."""
+class OuroReader(LayoutReader):
+    """What OuroLM.read runs: the final norm and the head (LayoutReader)."""
 
     def __init__(self, model: OuroLM) -> None:
-        super().__init__()
-        self.cfg, self.lm_head = model.cfg, model.lm_head
-        parts = dict(norm=model.model.norm)
-        if model.lm_head is None:  # tied: the embedding is the head
-            parts["embed_tokens"] = model.model.embed_tokens
-        self.model = nn.ModuleDict(parts)
+        super().__init__(model, "model", dict(norm=model.model.norm), "embed_tokens")
 
     forward = OuroLM.read
     head_weight = OuroLM.head_weight

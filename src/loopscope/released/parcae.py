@@ -63,7 +63,13 @@ from tokenizers import Tokenizer
 from loopscope.base.errors import CheckpointError
 from loopscope.looped.types import KV, Cost, Spec, Specified
 from loopscope.released.huginn import HuginnNorm, Rotary, rotate, widened
-from loopscope.released.layouts import Files, checked_positions, register
+from loopscope.released.layouts import (
+    Files,
+    LayoutReader,
+    checked_positions,
+    register,
+    tied_head,
+)
 
 ROTARY_TABLE = "freqs_cis"  # the published model's rotary table, a saved buffer
 TIED_HEAD = "lm_head.weight"  # the tied head, saved beside the embedding it is
@@ -548,29 +554,23 @@ class ParcaeLM(Specified, nn.Module):
 
     @property
     def head_weight(self) -> torch.Tensor:
-        """The readout's matrix: the embedding when tied, else lm_head's."""
-        return self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+        """The readout's matrix (tied_head)."""
+        return tied_head(self.transformer, "wte", self.lm_head)
 
     def reader(self) -> ParcaeReader:
         """The modules read runs, sharing this model's parameters (ParcaeReader)."""
         return ParcaeReader(self)
 
 
-class ParcaeReader(nn.Module):
-    """What ParcaeLM.read runs (C, the coda and its value embeddings, ln_f, the head:
-    the embedding when tied, else lm_head) with the model's own modules under the same
-    names and its Tokens: its forward is ParcaeLM.read, the same code, so a float64 copy
-    (loopscope.measure.per_loop.sweep) holds the readout alone."""
+class ParcaeReader(LayoutReader):
+    """What ParcaeLM.read runs: C, the coda and its value embeddings, ln_f, the head,
+    the rotary table and its Tokens (LayoutReader)."""
 
     def __init__(self, model: ParcaeLM) -> None:
-        super().__init__()
-        self.cfg, self.rotary, self.lm_head = model.cfg, model.rotary, model.lm_head
-        self.tokens = model.tokens
         parts = dict(C=model.transformer.C, coda=model.transformer.coda,
                      ln_f=model.transformer.ln_f)
-        if model.lm_head is None:  # tied: the embedding is the head
-            parts["wte"] = model.transformer.wte
-        self.transformer = nn.ModuleDict(parts)
+        super().__init__(model, "transformer", parts, "wte")
+        self.rotary, self.tokens = model.rotary, model.tokens
         coda = {str(index) for _, index in model.cfg.layers("coda")}
         self.value_embeds = nn.ModuleDict({key: e for key, e in model.value_embeds.items()
                                            if key in coda})

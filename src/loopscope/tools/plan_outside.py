@@ -43,7 +43,7 @@ def batches(params: Params) -> dict[str, tuple[str, int, bool, bool]]:
             # the exit runtime's scoring, at the policies' batch, reading logits
             "bench_exits": ("policies.batch_size", params.policies.batch_size, True, False),
             # the readout's fits, reading logits (one loop's of every window are held
-            # besides: the stage's own check, recalibrate.LOGITS_BYTES)
+            # besides where they fit in recalibrate.LOGITS_BYTES, else read anew)
             "recalibrate": ("recalibrate.batch_size", params.recalibrate.batch_size, True,
                             False)}
 

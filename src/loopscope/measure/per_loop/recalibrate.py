@@ -23,7 +23,7 @@ H_R of extract.val_sequences windows), read, not recomputed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,9 @@ from loopscope.measure.recalibrate_params import RecalibrateConfig
 from loopscope.stats.intervals import Documents, Interval, Sample
 from loopscope.weights.model import token_ce
 
-LOGITS_BYTES = 4 * 2**30  # one loop's float32 logits, held for the temperature's fits
+# One loop's float32 logits over the windows are held for the temperature's fits up to
+# this size; beyond it (an outside model's vocabulary) they are read anew at every step
+LOGITS_BYTES = 4 * 2**30
 Read = Callable[[Tensor], Tensor]  # states (B, T, d) -> logits (B, T, V)
 
 
@@ -70,21 +72,29 @@ def _tokens(targets: list[Tensor]) -> int:
                for t in targets)
 
 
-def fit_temperature(logits: list[Tensor], targets: list[Tensor], iterations: int = 50
-                    ) -> float:
-    """The T minimizing the mean CE of logits / T over the batches (logits (B, T, V);
-    targets: ids (B, T), or probabilities (B, T, V), whose CE a known temperature
-    minimizes exactly). Fitted in log T, so T stays positive."""
+def fit_temperature(logits: list[Tensor] | Callable[[], Iterable[Tensor]],
+                    targets: list[Tensor], iterations: int = 50) -> float:
+    """The T minimizing the mean CE of logits / T over the batches (logits (B, T, V), or
+    a function that reads them anew batch by batch: LoopLogits; targets: ids (B, T), or
+    probabilities (B, T, V), whose CE a known temperature minimizes exactly). Fitted in
+    log T, so T stays positive."""
     n = _tokens(targets)
     log_t = torch.zeros((), requires_grad=True)
     opt = torch.optim.LBFGS([log_t], max_iter=iterations, line_search_fn="strong_wolfe")
 
     def closure() -> Tensor:
         opt.zero_grad()
-        loss = sum(_ce_sum(lg * torch.exp(-log_t), t) for lg, t in zip(logits, targets,
-                                                                        strict=True)) / n
-        loss.backward()
-        return loss
+        if not callable(logits):
+            loss = sum(_ce_sum(lg * torch.exp(-log_t), t)
+                       for lg, t in zip(logits, targets, strict=True)) / n
+            loss.backward()
+            return loss
+        total = torch.zeros(())
+        for lg, t in zip(logits(), targets, strict=True):  # one batch's graph at a time
+            loss = _ce_sum(lg * torch.exp(-log_t), t) / n
+            loss.backward()
+            total = total + loss.detach()
+        return total
 
     opt.step(closure)
     return float(log_t.detach().exp())
@@ -159,6 +169,46 @@ def _batches(t: Tensor, rows: np.ndarray, size: int) -> list[Tensor]:
     return [t[idx[i:i + size]] for i in range(0, len(idx), size)]
 
 
+class LoopLogits:
+    """One loop's logits (float32) over the windows, by batch of windows: held, read once,
+    where they fit in LOGITS_BYTES; else read anew from the states whenever they are
+    asked for (the temperature's fit asks at every L-BFGS step), so that a vocabulary of
+    65k ids over the extract's windows needs the memory of one batch's logits."""
+
+    def __init__(self, read: Read, h: Tensor, batch_size: int) -> None:
+        self.read, self.h, self.size = read, h, batch_size
+        with torch.no_grad():
+            vocab = read(h[:1]).shape[-1]
+        self.held: Tensor | None = None
+        if h.shape[0] * h.shape[1] * vocab * 4 <= LOGITS_BYTES:
+            with torch.no_grad():
+                self.held = torch.cat([read(b).float() for b in h.split(batch_size)])
+
+    def batches(self, rows: np.ndarray) -> list[Tensor] | Callable[[], Iterator[Tensor]]:
+        """The logits of the rows' windows by batch: a list where held, else a function
+        that reads them again (fit_temperature takes either)."""
+        if self.held is not None:
+            return _batches(self.held, rows, self.size)
+
+        def read_again() -> Iterator[Tensor]:
+            for b in _batches(self.h, rows, self.size):
+                with torch.no_grad():  # left before the yield: the fit's own graph needs grad
+                    logits = self.read(b).float()
+                yield logits
+        return read_again
+
+    def token_ce(self, rows: np.ndarray, y: Tensor, temperature: float = 1.0
+                 ) -> np.ndarray:
+        """Per-token CE (reading order, float64) of the rows' windows, at temperature."""
+        pick = torch.from_numpy(rows)
+        if self.held is not None:
+            return _token_ce(self.held[pick] / temperature, y[pick])
+        targets = _batches(y, rows, self.size)
+        with torch.no_grad():
+            return np.concatenate([_token_ce(lg / temperature, t) for lg, t in
+                                   zip(self.batches(rows)(), targets, strict=True)])
+
+
 def recalibrate_run(model: LoopedModel, states: np.ndarray, y: Tensor, units: np.ndarray,
                     seed: int, cfg: RecalibrateConfig) -> RunRecalibration:
     """Out-of-fold recalibration of one run at every loop 1 .. R (model.loops). states:
@@ -184,31 +234,25 @@ def recalibrate_run(model: LoopedModel, states: np.ndarray, y: Tensor, units: np
         def read(z: Tensor, last: bool = k == r) -> Tensor:
             return model.read(z, last)
 
-        with torch.no_grad():
-            logits = torch.cat([read(b).float() for b in h.split(cfg.batch_size)])
-        if k == 1 and logits.numel() * 4 > LOGITS_BYTES:
-            raise DataError(f"recalibrating holds one loop's logits ({n} windows x {t} "
-                            f"tokens x {logits.shape[-1]} ids, {logits.numel() * 4 / 2**30:.1f}"
-                            f" GiB) in memory; lower extract.val_sequences.")
-        trained = _token_ce(logits, y)
+        logits = LoopLogits(read, h, cfg.batch_size)
+        trained = logits.token_ce(np.ones(n, dtype=bool), y)
         scaled, mapped = np.empty(n * t), np.full(n * t, np.nan)
         out.temperatures[k] = []
         for f in range(cfg.folds):
             fit, score = fold != f, fold == f
-            temp = fit_temperature(_batches(logits, fit, cfg.batch_size),
-                                   _batches(y, fit, cfg.batch_size))
+            temp = fit_temperature(logits.batches(fit), _batches(y, fit, cfg.batch_size))
             out.temperatures[k].append(temp)
             tokens = np.repeat(score, t)
-            scaled[tokens] = _token_ce(logits[torch.from_numpy(score)] / temp,
-                                       y[torch.from_numpy(score)])
+            scaled[tokens] = logits.token_ce(score, y, temp)
             if k in affine_at:
                 fitted = fit_affine(read, _batches(h, fit, cfg.batch_size),
                                     _batches(y, fit, cfg.batch_size), cfg.ridge,
                                     cfg.iterations, temp)
-                with torch.no_grad():
-                    lg = torch.cat([fitted.logits(read, b) for b in
-                                    _batches(h, score, cfg.batch_size)])
-                mapped[tokens] = _token_ce(lg, y[torch.from_numpy(score)])
+                with torch.no_grad():  # batch by batch: one batch's logits at a time
+                    mapped[tokens] = np.concatenate([
+                        _token_ce(fitted.logits(read, b), yb) for b, yb in
+                        zip(_batches(h, score, cfg.batch_size),
+                            _batches(y, score, cfg.batch_size), strict=True)])
         out.ce[k], out.temperature[k], out.affine[k] = trained, scaled, mapped
     return out
 
