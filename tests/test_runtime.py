@@ -2,6 +2,8 @@
 exit patterns, on models with and without prelude and coda."""
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -158,12 +160,18 @@ def test_the_ledger_gives_each_part_its_exclusive_time():
     assert not ledger.ACTIVE  # the marks are off again
 
 
+def quietest(call: Callable[[], Any], times: int = 5) -> dict[str, float]:
+    """The least disturbed of a few ledger measurements (the smallest wall): one call on
+    a toy model takes milliseconds, so one page fault or collection can fill its rest."""
+    return min((ledger.measure(call) for _ in range(times)), key=lambda found: found["wall"])
+
+
 def test_the_runtime_marks_every_kind_of_work():
     model, x, h0 = setup(BACKBONE, b=2, t=16)
     policy = make("kl", 1e-3)
     for call in (lambda: score(model, x, policy, cap=8, h0=h0),
                  lambda: generate(model, x, policy, cap=8, h0=h0)):
-        found = ledger.measure(call)
+        found = quietest(call)
         assert all(found[k] > 0 for k in ledger.PARTS), found
         assert found["rest"] >= 0 and found["loop"] > found["rest"]
     uniform = ledger.measure(lambda: score(model, x, make("uniform"), cap=8, h0=h0))
