@@ -1,7 +1,7 @@
 """Readout recalibration: a known temperature and a known affine distortion of the
 readout are recovered exactly; folds keep a unit's windows together; the share of the
 gap is read only where there is a gap; a run on a model of the interface scores every
-token out of fold, the same whether it holds a loop's logits or reads them anew."""
+token out of fold, and past the logits it can hold fits the temperature on a sample."""
 
 
 import numpy as np
@@ -13,6 +13,7 @@ from torch import nn
 
 from loopscope.base.errors import DataError, ParamsError
 from loopscope.looped.interface import run_loops
+from loopscope.looped.types import Cost
 from loopscope.measure.per_loop import recalibrate
 from loopscope.measure.per_loop.recalibrate import (
     Affine,
@@ -25,6 +26,7 @@ from loopscope.measure.per_loop.recalibrate import (
 )
 from loopscope.measure.recalibrate_params import RecalibrateConfig
 from loopscope.params import parse_params
+from loopscope.tools import flops
 from loopscope.weights.params import read_file
 
 
@@ -126,10 +128,11 @@ def test_a_run_scores_every_token_out_of_fold_through_the_interface():
         recalibrate_run(model, states[:2], y, units, 42, cfg)
 
 
-def test_logits_too_large_to_hold_are_read_anew_to_the_same_numbers(monkeypatch):
-    """Past LOGITS_BYTES (an outside model's 65k ids over the extract's windows) a loop's
-    logits are read from the states at every step of the temperature's fit instead of
-    held: the same CEs and temperatures, on one batch's memory."""
+def test_logits_too_large_to_hold_fit_the_temperature_on_the_windows_that_fit(monkeypatch):
+    """Past LOGITS_BYTES (an outside model's 65k ids over the extract's windows) no
+    loop's logits are held: every token is still scored, the same as when held, and each
+    fold's temperature is fitted on as many of its fitting windows as fit, evenly
+    spaced, never on a window it scores; the metrics say on how many tokens."""
     model = tiny_model(loops=2)
     x = tiny_tokens(b=6)
     y = torch.roll(x, -1, dims=1)
@@ -138,17 +141,38 @@ def test_logits_too_large_to_hold_are_read_anew_to_the_same_numbers(monkeypatch)
     cfg = RecalibrateConfig(iterations=3, bootstrap=100, batch_size=4, affine_at=[0.0])
     units = np.array([0, 1, 1, 2, 3, 3])
     held = recalibrate_run(model, states, y, units, 42, cfg)
-    read = []
-    monkeypatch.setattr(recalibrate, "LOGITS_BYTES", 0)
-    monkeypatch.setattr(model, "read", lambda h, last=True: read.append(1) or
-                        type(model).read(model, h, last))
+    assert "temperature_fit_tokens" not in cell_metrics([held], cfg, "c")
+    monkeypatch.setattr(recalibrate, "LOGITS_BYTES", 16 * 64 * 4)  # one window's logits
     again = recalibrate_run(model, states, y, units, 42, cfg)
+    fold = folds_of(units, 2)
     for k in (1, 2):
         np.testing.assert_allclose(again.ce[k], held.ce[k], rtol=1e-6)
-        np.testing.assert_allclose(again.temperature[k], held.temperature[k], rtol=1e-5)
-        np.testing.assert_allclose(again.temperatures[k], held.temperatures[k], rtol=1e-5)
-    np.testing.assert_allclose(again.affine[1], held.affine[1], rtol=1e-5)
-    assert len(read) > 2 * 2 * 5  # read anew: more than once per fold and loop
+        assert np.isfinite(again.temperature[k]).all()
+        logits = recalibrate.LoopLogits(lambda z, last=k == 2: model.read(z, last),
+                                        hs[k - 1].detach(), 4)
+        assert logits.held is None
+        for f in range(2):
+            rows = logits.sample(fold != f)
+            assert rows.sum() == 1 and not (rows & (fold == f)).any()
+            own = fit_temperature(logits.batches(rows), list(y[torch.from_numpy(rows)].split(4)))
+            assert again.temperatures[k][f] == pytest.approx(own, rel=1e-6)
+    assert np.isfinite(again.affine[1]).all()
+    assert cell_metrics([again], cfg, "c")["temperature_fit_tokens"] == 16
+
+
+def test_plan_prices_the_reads_where_the_logits_are_not_held():
+    """Past LOGITS_BYTES every loop is read again to score the folds, and each fold's
+    temperature sample once: plan prices those reads."""
+    params = parse_params(read_file("params.yaml"))
+    c, t, k = Cost(prelude=0.0, loop=1.0, readout=1.0), 128, 4
+    windows, folds = params.extract.val_sequences, params.recalibrate.folds
+    held = recalibrate.LOGITS_BYTES // (4 * windows * t)  # the largest vocabulary held
+    base = flops.recalibrate_flops(params, c, t, k)
+    assert flops.recalibrate_flops(params, c, t, k, held) == base
+    vocab = recalibrate.LOGITS_BYTES // (4 * t) // 8  # 8 windows' logits fit
+    reads = k + k * folds * 8 / windows
+    assert flops.recalibrate_flops(params, c, t, k, vocab) == pytest.approx(
+        base + windows * t * reads)
 
 
 def test_recalibrate_cells_and_values_are_checked_by_name():

@@ -241,7 +241,7 @@ def fit(params: Params, name: str, planned: dict[str, Any], budget: float,
         ref: Reference | None) -> dict[str, Any]:
     """One outside model's sizes for the budget (search), priced as plan prices it."""
     cfg, rate = params.outside[name], planned["rate_flops_per_s"]
-    cost = outside.sizing(cfg).cost
+    size = outside.sizing(cfg)
     start = values_of(params)
     floor = floors(planned["r"], ref)
     base = {"budget_hours": budget, "rate_source": planned["rate_source"],
@@ -254,7 +254,8 @@ def fit(params: Params, name: str, planned: dict[str, Any], budget: float,
         return {**base, "fits": None}
 
     def flops(values: dict[str, int]) -> dict[str, float]:
-        return stage_flops(with_values(params, values), cost, planned["context"], planned["r"])
+        return stage_flops(with_values(params, values), size.cost, planned["context"],
+                           planned["r"], size.vocab_size)
 
     def price(values: dict[str, int]) -> float:
         return hours_of(flops(values), rate) or 0.0

@@ -11,6 +11,7 @@ from loopscope.looped.types import Cost
 from loopscope.measure.exit_rules.exits import KNOWN
 from loopscope.measure.exit_rules.policies import settings
 from loopscope.measure.exit_rules.rules import TIMED
+from loopscope.measure.per_loop.recalibrate import LOGITS_BYTES
 from loopscope.params import Params
 
 TFLOPS = 50.0  # assumed sustained bf16 TFLOP/s of one current GPU (H100 / 4090 class)
@@ -32,24 +33,32 @@ def bench_flops(params: Params, c: Cost, t: int, k: int) -> float:
     return float(jobs * (params.bench.repeats + 1) * params.convergence.windows * t * full)
 
 
-def recalibrate_flops(params: Params, c: Cost, t: int, k: int) -> float:
+def recalibrate_flops(params: Params, c: Cost, t: int, k: int, vocab: int = 0) -> float:
     """One run's recalibration (loopscope.measure.per_loop.recalibrate), in readouts R per
     token of the extract's windows: every loop read once (k R); then per affine loop and
     fold, L-BFGS's evaluations (about 1.25 per iteration) of a forward and backward
     readout (3 R) over the other folds' tokens, and the fold scored (R). The
-    temperature's fits reread stored logits: no readout."""
+    temperature's fits reread a loop's stored logits (no readout) where they fit in
+    recalibrate.LOGITS_BYTES; beyond it (a vocabulary of `vocab` ids over the windows)
+    every loop is read again to score the folds (k R), and each fold's temperature is
+    fitted on the windows whose logits fit, read once."""
     r = params.recalibrate
     folds, fitted = r.folds, len(r.affine_loops(k))
     evals = 1.25 * r.iterations * 3 * (folds - 1) / folds + 1 / folds
-    return params.extract.val_sequences * t * c.readout * (k + fitted * folds * evals)
+    windows = params.extract.val_sequences
+    again = 0.0
+    if windows * t * vocab * 4 > LOGITS_BYTES:
+        sampled = min(windows * (folds - 1) / folds, LOGITS_BYTES // (t * vocab * 4))
+        again = k + k * folds * max(1, sampled) / windows
+    return windows * t * c.readout * (k + fitted * folds * evals + again)
 
 
 def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bool,
-                recalibrate: bool = False) -> dict[str, float]:
+                recalibrate: bool = False, vocab: int = 0) -> dict[str, float]:
     """The forward FLOPs of the per-model measuring stages (measuring_flops' extract,
     diagnose, convergence and, where `policies`, policies; where `recalibrate`,
-    recalibrate) of `runs` runs of a model of cost c, windows of t tokens and depth k: a
-    cell's, or an outside model's (one run)."""
+    recalibrate) of `runs` runs of a model of cost c, windows of t tokens, depth k and
+    `vocab` ids: a cell's, or an outside model's (one run)."""
     full = c.prelude + k * (c.loop + c.readout)  # a uniform pass to K, reading every loop
     d, cv = params.diagnose, params.convergence
     depth = max(d.sweep_depth, k)
@@ -61,7 +70,7 @@ def model_flops(params: Params, c: Cost, t: int, k: int, runs: int, policies: bo
         "convergence": runs * 3 * cv.windows * t * (c.prelude + conv * (c.loop + c.readout)),
     }
     if recalibrate:
-        out["recalibrate"] = runs * recalibrate_flops(params, c, t, k)
+        out["recalibrate"] = runs * recalibrate_flops(params, c, t, k, vocab)
     if policies:
         grid = sum(c.prelude + k * c.loop + c.readout
                    + (k - 1) * c.readout * KNOWN[rule].needs_logits

@@ -157,7 +157,7 @@ def measuring_flops(params: Params, name: str, cell: CellConfig) -> dict[str, fl
     m, d = cell.model, params.diagnose
     c, t, k = cost(m), m.context, m.loops
     per_model = model_flops(params, c, t, k, len(cell.seeds), name in params.policies.cells,
-                            name in params.recalibrate.cells)
+                            name in params.recalibrate.cells, m.vocab_size)
     out = {stage: per_model[stage] for stage in ("extract", "diagnose")}
     out["throughput"] = t * (d.batch_size * (c.prelude + k * c.loop + c.readout)
                              + d.timing_repeats * d.timing_windows

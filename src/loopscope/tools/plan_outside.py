@@ -43,7 +43,7 @@ def batches(params: Params) -> dict[str, tuple[str, int, bool, bool]]:
             # the exit runtime's scoring, at the policies' batch, reading logits
             "bench_exits": ("policies.batch_size", params.policies.batch_size, True, False),
             # the readout's fits, reading logits (one loop's of every window are held
-            # besides where they fit in recalibrate.LOGITS_BYTES, else read anew)
+            # besides, up to recalibrate.LOGITS_BYTES: the stage's own bound)
             "recalibrate": ("recalibrate.batch_size", params.recalibrate.batch_size, True,
                             False)}
 
@@ -80,7 +80,7 @@ def plan_one(params: Params, cfg: OutsideConfig, device: str | None, tflops: flo
             key = f"outside.{cfg.cell}.batch_size" if cfg.batch_size else key
             memory.check_forward(shape, run_on, batch, key, f"outside_{stage}", reads,
                                  float64_readout=f64, act_bytes=act)
-    flops = stage_flops(params, size.cost, shape.context, shape.loops)
+    flops = stage_flops(params, size.cost, shape.context, shape.loops, size.vocab_size)
     rate, source = rate_of(dev, tflops, roof_gflops)
     return {"adapter": cfg.adapter, "path": cfg.path, "params": shape.params,
             "r": shape.loops, "context": shape.context, "device": dev,
@@ -91,11 +91,12 @@ def plan_one(params: Params, cfg: OutsideConfig, device: str | None, tflops: flo
             "measure_hours": hours_of(flops, rate)}
 
 
-def stage_flops(params: Params, c: Cost, context: int, loops: int) -> dict[str, float]:
+def stage_flops(params: Params, c: Cost, context: int, loops: int, vocab: int
+                ) -> dict[str, float]:
     """The forward FLOPs of an outside model's measuring stages (one run, of cost c,
-    windows of `context` tokens, read at R = loops): what plan prices it by, and what
-    loopscope.tools.budget sizes the keys against."""
-    flops = model_flops(params, c, context, loops, 1, True, True)
+    windows of `context` tokens, read at R = loops, `vocab` ids): what plan prices it
+    by, and what loopscope.tools.budget sizes the keys against."""
+    flops = model_flops(params, c, context, loops, 1, True, True, vocab)
     flops["bench_exits"] = bench_flops(params, c, context, loops)
     return flops
 

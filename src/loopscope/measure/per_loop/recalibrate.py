@@ -23,7 +23,7 @@ H_R of extract.val_sequences windows), read, not recomputed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,8 @@ from loopscope.stats.intervals import Documents, Interval, Sample
 from loopscope.weights.model import token_ce
 
 # One loop's float32 logits over the windows are held for the temperature's fits up to
-# this size; beyond it (an outside model's vocabulary) they are read anew at every step
+# this size; beyond it (an outside model's vocabulary) the temperature is fitted on the
+# windows whose logits fit in it (LoopLogits)
 LOGITS_BYTES = 4 * 2**30
 Read = Callable[[Tensor], Tensor]  # states (B, T, d) -> logits (B, T, V)
 
@@ -72,29 +73,21 @@ def _tokens(targets: list[Tensor]) -> int:
                for t in targets)
 
 
-def fit_temperature(logits: list[Tensor] | Callable[[], Iterable[Tensor]],
-                    targets: list[Tensor], iterations: int = 50) -> float:
-    """The T minimizing the mean CE of logits / T over the batches (logits (B, T, V), or
-    a function that reads them anew batch by batch: LoopLogits; targets: ids (B, T), or
-    probabilities (B, T, V), whose CE a known temperature minimizes exactly). Fitted in
-    log T, so T stays positive."""
+def fit_temperature(logits: list[Tensor], targets: list[Tensor], iterations: int = 50
+                    ) -> float:
+    """The T minimizing the mean CE of logits / T over the batches (logits (B, T, V);
+    targets: ids (B, T), or probabilities (B, T, V), whose CE a known temperature
+    minimizes exactly). Fitted in log T, so T stays positive."""
     n = _tokens(targets)
     log_t = torch.zeros((), requires_grad=True)
     opt = torch.optim.LBFGS([log_t], max_iter=iterations, line_search_fn="strong_wolfe")
 
     def closure() -> Tensor:
         opt.zero_grad()
-        if not callable(logits):
-            loss = sum(_ce_sum(lg * torch.exp(-log_t), t)
-                       for lg, t in zip(logits, targets, strict=True)) / n
-            loss.backward()
-            return loss
-        total = torch.zeros(())
-        for lg, t in zip(logits(), targets, strict=True):  # one batch's graph at a time
-            loss = _ce_sum(lg * torch.exp(-log_t), t) / n
-            loss.backward()
-            total = total + loss.detach()
-        return total
+        loss = sum(_ce_sum(lg * torch.exp(-log_t), t) for lg, t in zip(logits, targets,
+                                                                        strict=True)) / n
+        loss.backward()
+        return loss
 
     opt.step(closure)
     return float(log_t.detach().exp())
@@ -155,6 +148,9 @@ class RunRecalibration:
     affine: dict[int, np.ndarray]
     temperatures: dict[int, list[float]] = field(default_factory=dict)
     fit_tokens: int = 0  # tokens the smallest fit was fitted on
+    # tokens the smallest temperature fit was fitted on: fewer than fit_tokens where one
+    # loop's logits over the windows do not fit in LOGITS_BYTES (LoopLogits.sample)
+    temperature_tokens: int = 0
 
     def table(self) -> pd.DataFrame:
         """A row per loop and token: seed, unit, loop, and the three CEs."""
@@ -170,32 +166,39 @@ def _batches(t: Tensor, rows: np.ndarray, size: int) -> list[Tensor]:
 
 
 class LoopLogits:
-    """One loop's logits (float32) over the windows, by batch of windows: held, read once,
-    where they fit in LOGITS_BYTES; else read anew from the states whenever they are
-    asked for (the temperature's fit asks at every L-BFGS step), so that a vocabulary of
-    65k ids over the extract's windows needs the memory of one batch's logits."""
+    """One loop's logits (float32) over the windows, by batch of windows: held, read
+    once, where they fit in LOGITS_BYTES. Beyond it (an outside model's 65k ids over the
+    extract's windows) none are held: scoring reads them batch by batch, and the
+    temperature, one number, is fitted on the held logits of as many of the fitting
+    windows as fit, evenly spaced over them (sample)."""
 
     def __init__(self, read: Read, h: Tensor, batch_size: int) -> None:
         self.read, self.h, self.size = read, h, batch_size
         with torch.no_grad():
-            vocab = read(h[:1]).shape[-1]
+            self.window_bytes = h.shape[1] * read(h[:1]).shape[-1] * 4
         self.held: Tensor | None = None
-        if h.shape[0] * h.shape[1] * vocab * 4 <= LOGITS_BYTES:
+        if h.shape[0] * self.window_bytes <= LOGITS_BYTES:
             with torch.no_grad():
                 self.held = torch.cat([read(b).float() for b in h.split(batch_size)])
 
-    def batches(self, rows: np.ndarray) -> list[Tensor] | Callable[[], Iterator[Tensor]]:
-        """The logits of the rows' windows by batch: a list where held, else a function
-        that reads them again (fit_temperature takes either)."""
+    def sample(self, rows: np.ndarray) -> np.ndarray:
+        """The windows the temperature is fitted on: rows where the logits are held, else
+        as many of rows as LOGITS_BYTES holds, evenly spaced over them."""
+        if self.held is not None:
+            return rows
+        idx = np.flatnonzero(rows)
+        keep = max(1, min(len(idx), LOGITS_BYTES // self.window_bytes))
+        out = np.zeros_like(rows)
+        out[idx[np.linspace(0, len(idx) - 1, keep).round().astype(int)]] = True
+        return out
+
+    def batches(self, rows: np.ndarray) -> list[Tensor]:
+        """The logits of the rows' windows by batch: of those held, else read now (rows:
+        a sample's, whose logits fit)."""
         if self.held is not None:
             return _batches(self.held, rows, self.size)
-
-        def read_again() -> Iterator[Tensor]:
-            for b in _batches(self.h, rows, self.size):
-                with torch.no_grad():  # left before the yield: the fit's own graph needs grad
-                    logits = self.read(b).float()
-                yield logits
-        return read_again
+        with torch.no_grad():
+            return [self.read(b).float() for b in _batches(self.h, rows, self.size)]
 
     def token_ce(self, rows: np.ndarray, y: Tensor, temperature: float = 1.0
                  ) -> np.ndarray:
@@ -203,10 +206,11 @@ class LoopLogits:
         pick = torch.from_numpy(rows)
         if self.held is not None:
             return _token_ce(self.held[pick] / temperature, y[pick])
-        targets = _batches(y, rows, self.size)
         with torch.no_grad():
-            return np.concatenate([_token_ce(lg / temperature, t) for lg, t in
-                                   zip(self.batches(rows)(), targets, strict=True)])
+            return np.concatenate([
+                _token_ce(self.read(b).float() / temperature, t) for b, t in
+                zip(_batches(self.h, rows, self.size), _batches(y, rows, self.size),
+                    strict=True)])
 
 
 def recalibrate_run(model: LoopedModel, states: np.ndarray, y: Tensor, units: np.ndarray,
@@ -227,6 +231,7 @@ def recalibrate_run(model: LoopedModel, states: np.ndarray, y: Tensor, units: np
     affine_at = cfg.affine_loops(r)
     out = RunRecalibration(seed, np.repeat(units, t), {}, {}, {})
     out.fit_tokens = min(int((fold != f).sum()) * t for f in range(cfg.folds))
+    out.temperature_tokens = out.fit_tokens
     for k in range(1, r + 1):
         h = torch.from_numpy(np.array(states[k], dtype=np.float32)).view(n, t, -1)
         h = h.to(device=device, dtype=dtype)
@@ -240,7 +245,9 @@ def recalibrate_run(model: LoopedModel, states: np.ndarray, y: Tensor, units: np
         out.temperatures[k] = []
         for f in range(cfg.folds):
             fit, score = fold != f, fold == f
-            temp = fit_temperature(logits.batches(fit), _batches(y, fit, cfg.batch_size))
+            sample = logits.sample(fit)
+            temp = fit_temperature(logits.batches(sample), _batches(y, sample, cfg.batch_size))
+            out.temperature_tokens = min(out.temperature_tokens, int(sample.sum()) * t)
             out.temperatures[k].append(temp)
             tokens = np.repeat(score, t)
             scaled[tokens] = logits.token_ce(score, y, temp)
@@ -305,10 +312,14 @@ def summarize(runs: list[RunRecalibration], cfg: RecalibrateConfig, key: str = "
             row["ce_affine"] = float(aff.mean())
             row["affine"] = _recovered(sample, gap, ce - aff, clear)
         loops[str(k)] = row
-    return {"r": r, "folds": cfg.folds, "ridge": cfg.ridge, "iterations": cfg.iterations,
-            "scored_tokens": int(len(runs[0].units)),
-            "fit_tokens": min(run.fit_tokens for run in runs),
-            "units": int(sample.boot.top), "loops": loops}
+    out = {"r": r, "folds": cfg.folds, "ridge": cfg.ridge, "iterations": cfg.iterations,
+           "scored_tokens": int(len(runs[0].units)),
+           "fit_tokens": min(run.fit_tokens for run in runs),
+           "units": int(sample.boot.top), "loops": loops}
+    fewer = min(run.temperature_tokens for run in runs)
+    if fewer < out["fit_tokens"]:  # only where the logits were not held (LoopLogits)
+        out["temperature_fit_tokens"] = fewer
+    return out
 
 
 def cell_metrics(runs: list[RunRecalibration], cfg: RecalibrateConfig, key: str = ""
